@@ -1,0 +1,76 @@
+"""Records -> one tidy table (a row per record), with speedups against the padded baseline.
+
+Speedups are computed here, not in the runs, because each baseline runs in its own process; they
+compare two records of the same machine, workload point and config.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import pandas as pd
+
+from suite.records import Record, read_record
+from suite.stats import ratio_of_medians_ci
+
+POINT_KEYS = ["experiment", "machine", "config_hash", "batch_size", "max_seq_len",
+              "distribution", "dtype"]
+
+
+def record_row(rec: Record, path: Path | None = None) -> dict:
+    stats = rec.timing.get("stats", {})
+    ms = {f"{k}_ms": stats[k] * 1e3 for k in ("median", "q1", "q3", "iqr", "ci_low", "ci_high")
+          if k in stats}
+    d, c, w = rec.derived, rec.correctness, rec.workload
+    return {
+        "experiment": rec.experiment, "baseline": rec.baseline, **rec.point,
+        "status": rec.status.value, "reason": rec.reason,
+        "machine": rec.env.get("machine"), "config_hash": rec.config_hash,
+        "padding_free": d.get("padding_free"),
+        "total_tokens": w.get("total_tokens"), "padded_tokens": w.get("padded_tokens"),
+        "gemm_flop_bound": w.get("gemm_flop_bound"),
+        "attention_flop_bound": w.get("attention_flop_bound"),
+        **ms, "cv": stats.get("cv"), "n_samples": stats.get("n"),
+        "tokens_per_s": d.get("tokens_per_s"),
+        "useful_gflops_per_s": (d["useful_flops_per_s"] / 1e9
+                                if "useful_flops_per_s" in d else None),
+        "pct_of_measured_peak": d.get("pct_of_measured_peak"),
+        "pct_of_datasheet_peak": d.get("pct_of_datasheet_peak"),
+        "peak_note": d.get("peak_note"),
+        "max_abs_err": c.get("max_abs_err"), "max_rel_err": c.get("max_rel_err"),
+        "threads": rec.timing.get("threads"), "device": rec.timing.get("device"),
+        "git_commit": rec.env.get("git", {}).get("commit"), "created_at": rec.created_at,
+        "record": str(path) if path else None,
+    }
+
+
+def tidy_table(paths: Iterable[str | Path], padded_baseline: str = "torch-eager") -> pd.DataFrame:
+    records = [(Path(p), read_record(p)) for p in paths]
+    rows = [record_row(rec, p) for p, rec in records]
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return df
+    samples = {str(p): rec.timing.get("samples") for p, rec in records}
+    df = _add_speedups(df, samples, padded_baseline)
+    df["pct_of_gemm_bound"] = 100 * df["speedup_vs_padded"] / df["gemm_flop_bound"]
+    return df.sort_values(["experiment", "batch_size", "max_seq_len", "baseline"],
+                          ignore_index=True)
+
+
+def _add_speedups(df: pd.DataFrame, samples: dict, padded_baseline: str) -> pd.DataFrame:
+    """speedup = padded baseline latency / this latency, with a bootstrap CI, per point."""
+    cols = {"speedup_vs_padded": [], "speedup_ci_low": [], "speedup_ci_high": []}
+    by_point = {tuple(r[k] for k in POINT_KEYS): r for _, r in
+                df[(df.baseline == padded_baseline) & (df.status == "ok")].iterrows()}
+    for _, row in df.iterrows():
+        base = by_point.get(tuple(row[k] for k in POINT_KEYS))
+        if row["status"] != "ok" or base is None:
+            for v in cols.values():
+                v.append(None)
+            continue
+        ratio, low, high = ratio_of_medians_ci(samples[base["record"]], samples[row["record"]])
+        cols["speedup_vs_padded"].append(ratio)
+        cols["speedup_ci_low"].append(low)
+        cols["speedup_ci_high"].append(high)
+    return df.assign(**cols)

@@ -1,0 +1,5 @@
+"""Baseline plugins: ``Baseline`` is the contract, ``registry`` finds them by entry point."""
+
+from suite.baselines.base import Baseline, Supports
+
+__all__ = ["Baseline", "Supports"]

@@ -1,0 +1,60 @@
+"""The Baseline contract: one system under test per framework, behind the same interface.
+
+A baseline receives the suite's canonical HF PyTorch model (so every framework computes the same
+function from the same weights), prepares its own form of it, then runs one padded batch at a
+time and returns the last hidden state ``[B, S, H]``. Only valid positions are compared and timed
+results are only kept after the correctness gate passes.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from suite.workloads import BertBatch
+
+
+@dataclass(frozen=True)
+class Supports:
+    tasks: tuple[str, ...] = ("bert-encoder",)
+    devices: tuple[str, ...] = ("cpu", "cuda")
+    dtypes: tuple[str, ...] = ("fp32", "fp16", "bf16")
+
+
+class Baseline(ABC):
+    name: ClassVar[str]
+    description: ClassVar[str]
+    padding_free: ClassVar[bool] = False
+    supports: ClassVar[Supports] = Supports()
+
+    def available(self) -> tuple[bool, str]:
+        """(True, "") if this baseline can run here, else (False, why). Imports belong inside,
+        so that a missing package is a reason, not a crash."""
+        return True, ""
+
+    def can_run(self, task: str, device: str, dtype: str) -> tuple[bool, str]:
+        ok, why = self.available()
+        if not ok:
+            return ok, why
+        for what, value, allowed in (("task", task, self.supports.tasks),
+                                     ("device", device, self.supports.devices),
+                                     ("dtype", dtype, self.supports.dtypes)):
+            if value not in allowed:
+                return False, f"{self.name} does not support {what} {value!r} (supports {allowed})"
+        return True, ""
+
+    @abstractmethod
+    def prepare(self, model: torch.nn.Module, device: torch.device, dtype: torch.dtype) -> None:
+        """Build this framework's form of ``model`` (an fp32 CPU HF ``BertModel``)."""
+
+    @abstractmethod
+    def run(self, batch: BertBatch) -> Any:
+        """Forward one batch already on the device; return the last hidden state ``[B, S, H]``
+        (a tensor or array). Must not return before the computation has finished."""
+
+    def details(self) -> dict[str, Any]:
+        """Facts about the prepared system for the record (compile time, backend, ...)."""
+        return {}

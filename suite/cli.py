@@ -1,0 +1,187 @@
+"""``seedbench``: thin command line over the layers below. Each ``run`` is one job in its own
+process, as the workflow's rules call it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="seedbench", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="measure one workload point of one baseline -> a record")
+    run.add_argument("experiment", choices=["bert_varlen"])
+    run.add_argument("--baseline", required=True)
+    run.add_argument("--batch-size", type=int, required=True)
+    run.add_argument("--max-seq-len", type=int, required=True)
+    src = run.add_mutually_exclusive_group(required=True)
+    src.add_argument("--config", type=Path, help="workflow config YAML")
+    src.add_argument("--section-json", help="the experiment's config section as JSON")
+    run.add_argument("--peak", type=Path, help="peak.json from `seedbench peak`")
+    run.add_argument("--out", type=Path, required=True)
+    run.add_argument("--in-process", action="store_true",
+                     help="run here instead of in a supervised child process")
+
+    peak = sub.add_parser("peak", help="measure achievable matmul FLOP/s of this device")
+    peak.add_argument("--dtypes", nargs="+", default=["fp32"])
+    peak.add_argument("--sizes", nargs="+", type=int, default=[1024, 2048])
+    peak.add_argument("--repeats", type=int, default=3)
+    peak.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    peak.add_argument("--out", type=Path, help="write JSON here (default: print)")
+
+    sub.add_parser("env", help="print the environment and provenance record")
+    sub.add_parser("baselines", help="list registered baselines and whether they run here")
+    sub.add_parser("experiments", help="list experiment families")
+
+    table = sub.add_parser("table", help="records -> one tidy CSV")
+    table.add_argument("records", nargs="*", type=Path)
+    table.add_argument("--padded-baseline", default="torch-eager")
+    table.add_argument("--out", type=Path, required=True)
+
+    plot = sub.add_parser("plot", help="tidy CSV -> figures (PNG and SVG)")
+    plot.add_argument("--table", type=Path, required=True)
+    plot.add_argument("--paper", type=Path, required=True)
+    plot.add_argument("--out", type=Path, required=True, help="figure path without suffix")
+
+    report = sub.add_parser("report", help="tidy CSV + figures -> HTML report")
+    report.add_argument("--table", type=Path, required=True)
+    report.add_argument("--figure", type=Path, required=True, help="SVG of the main figure")
+    report.add_argument("--peak", type=Path)
+    report.add_argument("--config", type=Path)
+    report.add_argument("--out", type=Path, required=True)
+
+    args = parser.parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except (ValueError, KeyError, FileNotFoundError) as e:
+        print(f"seedbench {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    from suite.config import BertVarlenConfig, load
+
+    section = (load(args.config)["bert_varlen"] if args.config
+               else json.loads(args.section_json))
+    cfg = BertVarlenConfig.from_dict(section)
+    if args.in_process:
+        from suite.experiments.bert_varlen import run_point
+        from suite.records import write_record
+
+        peak = json.loads(args.peak.read_text()) if args.peak else None
+        record = run_point(cfg, args.baseline, args.batch_size, args.max_seq_len, peak)
+        write_record(record, args.out)
+        print(f"{args.out}: {record.status.value} {record.reason[:200]}", file=sys.stderr)
+        return 0
+
+    from suite import env as envmod
+    from suite.experiments.bert_varlen import EXPERIMENT, point_dict
+    from suite.isolation import run_isolated
+    from suite.records import Record, Status
+
+    def failed(reason: str) -> Record:
+        return Record(EXPERIMENT, args.baseline, point_dict(cfg, args.batch_size,
+                                                            args.max_seq_len),
+                      cfg.to_dict(), Status.FAILED, reason, env=envmod.capture(torch_info=False),
+                      created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+
+    child = ["run", "bert_varlen", "--baseline", args.baseline, "--batch-size",
+             str(args.batch_size), "--max-seq-len", str(args.max_seq_len), "--section-json",
+             json.dumps(cfg.to_dict()), "--out", str(args.out), "--in-process"]
+    if args.peak:
+        child += ["--peak", str(args.peak)]
+    args.out.unlink(missing_ok=True)
+    run_isolated([sys.executable, "-m", "suite.cli", *child], args.out, failed, cfg.timeout_s)
+    return 0
+
+
+def _peak(args: argparse.Namespace) -> int:
+    import torch
+
+    from suite.env import capture
+    from suite.peak import peak_report
+    from suite.records import atomic_write_json
+
+    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available()
+                          else "cpu" if args.device == "auto" else args.device)
+    result = {"schema_version": 1, **peak_report(args.dtypes, device, args.sizes, args.repeats),
+              "env": capture(),
+              "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    for dtype, entry in result["peaks"].items():
+        sheet = entry["datasheet"]
+        sheet_text = f"{sheet['flops_per_s'] / 1e12:g} TFLOP/s" if sheet else "none known"
+        print(f"{dtype}: measured {entry['measured']['flops_per_s'] / 1e9:.1f} GFLOP/s "
+              f"(n={entry['measured']['size']}); datasheet: {sheet_text}", file=sys.stderr)
+    if args.out:
+        atomic_write_json(result, args.out)
+    else:
+        print(json.dumps(result, indent=1))
+    return 0
+
+
+def _env(args: argparse.Namespace) -> int:
+    from suite.env import capture
+
+    print(json.dumps(capture(), indent=1))
+    return 0
+
+
+def _baselines(args: argparse.Namespace) -> int:
+    from suite.baselines import registry
+
+    for name in registry.names():
+        try:
+            system = registry.create(name)
+            ok, why = system.available()
+            desc = system.description
+        except Exception as e:  # noqa: BLE001 - a broken plugin is listed, not fatal
+            ok, why, desc = False, f"cannot load: {type(e).__name__}: {e}", ""
+        state = "available" if ok else f"unavailable: {why}"
+        print(f"{name:20s} {state:12s}  {desc}")
+    return 0
+
+
+def _experiments(args: argparse.Namespace) -> int:
+    from suite.experiments import EXPERIMENTS
+
+    for name, desc in EXPERIMENTS.items():
+        print(f"{name:14s} {desc}")
+    return 0
+
+
+def _table(args: argparse.Namespace) -> int:
+    from suite.analysis.tables import tidy_table
+
+    df = tidy_table(args.records, args.padded_baseline)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    df.to_csv(args.out, index=False)
+    return 0
+
+
+def _plot(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from suite.analysis.plots import latency_figure
+
+    latency_figure(pd.read_csv(args.table), pd.read_csv(args.paper, comment="#"), args.out)
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from suite.report.render import render_report
+
+    render_report(args.table, args.figure, args.out, peak_path=args.peak,
+                  config_path=args.config)
+    return 0
+
+
+COMMANDS = {"run": _run, "peak": _peak, "env": _env, "baselines": _baselines,
+            "experiments": _experiments, "table": _table, "plot": _plot, "report": _report}
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""Typed config, validated once at the edge against ``workflows/schemas/config.schema.yaml``.
+
+The schema is the single definition of what a config may hold (Snakemake validates against the
+same file); this module turns a validated dict into frozen dataclasses and gives errors that name
+the key, the bad value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict, dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from suite.env import REPO_ROOT
+from suite.timing import TimingPolicy
+
+SCHEMA_PATH = REPO_ROOT / "workflows" / "schemas" / "config.schema.yaml"
+
+
+class ConfigError(ValueError):
+    """A config value outside what the schema allows."""
+
+
+@cache
+def schema() -> dict[str, Any]:
+    return yaml.safe_load(SCHEMA_PATH.read_text())
+
+
+def _with_defaults(validator_class):
+    """Fill schema defaults while validating (the same behaviour as Snakemake's ``validate``)."""
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, sub):
+        if isinstance(instance, dict):
+            for name, prop in properties.items():
+                if "default" in prop:
+                    instance.setdefault(name, copy.deepcopy(prop["default"]))
+        yield from validate_properties(validator, properties, instance, sub)
+
+    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
+
+
+_Validator = _with_defaults(jsonschema.Draft202012Validator)
+
+
+def validate(config: dict[str, Any], section: str | None = None) -> dict[str, Any]:
+    """Return a validated copy with defaults filled; raise ConfigError naming what is wrong.
+
+    ``section`` validates one experiment section alone (what a job receives).
+    """
+    sch = schema() if section is None else schema()["properties"][section]
+    data = copy.deepcopy(config)
+    errors = sorted(_Validator(sch).iter_errors(data), key=lambda e: list(e.absolute_path))
+    if errors:
+        raise ConfigError("invalid config:\n" + "\n".join(_explain(e, section) for e in errors))
+    return data
+
+
+def _explain(err: jsonschema.ValidationError, section: str | None) -> str:
+    path = ([section] if section else []) + [str(p) for p in err.absolute_path]
+    key = ".".join(path) or "<top level>"
+    if err.validator == "additionalProperties":
+        allowed = sorted(err.schema.get("properties", {}))
+        extra = sorted(set(err.instance) - set(allowed))
+        return f"  {key}: unknown key(s) {extra}; allowed keys: {allowed}"
+    allowed = err.schema.get("description") or _describe(err.schema)
+    return f"  {key}: {err.instance!r} is not allowed ({err.message}); allowed: {allowed}"
+
+
+def _describe(sub: dict[str, Any]) -> str:
+    if "enum" in sub:
+        return f"one of {sub['enum']}"
+    return ", ".join(f"{k}={v}" for k, v in sub.items() if k not in ("default", "description"))
+
+
+def load(path: str | Path) -> dict[str, Any]:
+    """Read a YAML config and validate it."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    return validate(raw)
+
+
+@dataclass(frozen=True)
+class BertDims:
+    layers: int = 12
+    hidden: int = 768
+    heads: int = 12
+    intermediate: int = 3072
+    vocab_size: int = 30522
+
+    def __post_init__(self) -> None:
+        if self.hidden % self.heads:
+            raise ConfigError(f"bert_varlen.model: hidden={self.hidden} must be divisible by "
+                              f"heads={self.heads}")
+
+
+@dataclass(frozen=True)
+class BertVarlenConfig:
+    baselines: tuple[str, ...]
+    padded_baseline: str
+    model: BertDims
+    batch_sizes: tuple[int, ...]
+    max_seq_lens: tuple[int, ...]
+    distribution: str
+    seed: int
+    dtype: str
+    device: str
+    threads: int
+    timeout_s: float
+    timing: TimingPolicy
+    enabled: bool = True
+
+    @classmethod
+    def from_dict(cls, section: dict[str, Any]) -> "BertVarlenConfig":
+        d = validate(section, "bert_varlen")
+        try:
+            timing = TimingPolicy(**d["timing"])
+        except ValueError as e:
+            raise ConfigError(f"bert_varlen.timing: {e}") from None
+        if d["padded_baseline"] not in d["baselines"]:
+            raise ConfigError(f"bert_varlen.padded_baseline: {d['padded_baseline']!r} is not "
+                              f"among the baselines {d['baselines']}; speedups need it")
+        return cls(baselines=tuple(d["baselines"]), padded_baseline=d["padded_baseline"],
+                   model=BertDims(**d["model"]), batch_sizes=tuple(d["batch_sizes"]),
+                   max_seq_lens=tuple(d["max_seq_lens"]), distribution=d["distribution"],
+                   seed=d["seed"], dtype=d["dtype"], device=d["device"], threads=d["threads"],
+                   timeout_s=d["timeout_s"], timing=timing, enabled=d["enabled"])
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        for key in ("baselines", "batch_sizes", "max_seq_lens"):
+            d[key] = list(d[key])
+        return d
+
+    def points(self) -> list[tuple[int, int]]:
+        return [(b, s) for b in self.batch_sizes for s in self.max_seq_lens]

@@ -1,0 +1,51 @@
+"""The correctness gate: a baseline's output against the float64 reference, valid positions only.
+
+Errors are absolute and relative to the reference's largest magnitude (normwise): element-wise
+relative error is meaningless where the reference is near zero.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+# Max abs error allowed against the float64 reference for BERT hidden states (unit scale after
+# LayerNorm). fp32 leaves ~1e-5 after 12 layers; low-precision dtypes carry ~3 significant digits
+# through every layer.
+TOLERANCE = {"fp32": 1e-3, "fp16": 5e-2, "bf16": 2e-1}
+
+REFERENCE = "HF BertModel, eager attention, float64, each sequence alone without padding"
+
+
+def compare(output: Any, reference: torch.Tensor, attention_mask: torch.Tensor,
+            dtype: str) -> dict[str, Any]:
+    """Max abs / rel error of ``output`` against ``reference`` on positions where mask == 1."""
+    if dtype not in TOLERANCE:
+        raise ValueError(f"dtype={dtype!r} has no tolerance; known: {sorted(TOLERANCE)}")
+    out = _as_float64(output)
+    ref = reference.detach().to("cpu", torch.float64)
+    if out.shape != ref.shape:
+        return {"passed": False, "reason": f"output shape {tuple(out.shape)} != reference "
+                f"shape {tuple(ref.shape)}", "tolerance_abs": TOLERANCE[dtype],
+                "reference": REFERENCE}
+    valid = attention_mask.to("cpu").bool()
+    diff = (out - ref)[valid]
+    scale = ref[valid].abs().max().item() if valid.any() else 0.0
+    max_abs = diff.abs().max().item() if diff.numel() else 0.0
+    finite = bool(torch.isfinite(out[valid]).all())
+    passed = finite and max_abs <= TOLERANCE[dtype]
+    result = {"passed": passed, "max_abs_err": max_abs,
+              "max_rel_err": max_abs / scale if scale else 0.0,
+              "tolerance_abs": TOLERANCE[dtype], "reference": REFERENCE}
+    if not passed:
+        result["reason"] = ("non-finite values at valid positions" if not finite else
+                            f"max abs error {max_abs:.3g} > tolerance {TOLERANCE[dtype]:g}")
+    return result
+
+
+def _as_float64(x: Any) -> torch.Tensor:
+    if isinstance(x, torch.Tensor):
+        return x.detach().to("cpu", torch.float64)
+    return torch.from_numpy(np.asarray(x, dtype=np.float64))

@@ -1,0 +1,58 @@
+"""Summary statistics of timing samples. Medians and quantiles, because shared machines are noisy
+and latency distributions have long right tails."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from scipy import stats as sps
+
+
+def summarize(samples: Sequence[float], *, confidence: float = 0.95, n_resamples: int = 2000,
+              seed: int = 0) -> dict[str, float | int]:
+    """Median, quartiles, IQR, a percentile-bootstrap CI of the median, mean, std and CV."""
+    x = np.asarray(samples, dtype=float)
+    if x.size == 0:
+        raise ValueError("cannot summarize zero samples")
+    q1, median, q3 = np.percentile(x, [25, 50, 75])
+    if x.size > 1 and np.ptp(x) > 0:
+        res = sps.bootstrap((x,), np.median, confidence_level=confidence,
+                            n_resamples=n_resamples, method="percentile",
+                            rng=np.random.default_rng(seed))
+        ci_low, ci_high = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    else:  # one sample, or all equal: the CI collapses onto the value
+        ci_low = ci_high = float(median)
+    mean = float(x.mean())
+    std = float(x.std(ddof=1)) if x.size > 1 else 0.0
+    return {
+        "n": int(x.size),
+        "median": float(median),
+        "q1": float(q1),
+        "q3": float(q3),
+        "iqr": float(q3 - q1),
+        "ci_low": ci_low,
+        "ci_high": ci_high,
+        "confidence": confidence,
+        "mean": mean,
+        "std": std,
+        "cv": std / mean if mean else float("nan"),
+        "min": float(x.min()),
+        "max": float(x.max()),
+    }
+
+
+def ratio_of_medians_ci(numerator: Sequence[float], denominator: Sequence[float], *,
+                        confidence: float = 0.95, n_resamples: int = 2000,
+                        seed: int = 0) -> tuple[float, float, float]:
+    """median(numerator) / median(denominator) with a percentile-bootstrap CI, resampling the two
+    independent sample sets separately (e.g. a speedup from two baselines' latencies)."""
+    a, b = np.asarray(numerator, float), np.asarray(denominator, float)
+    if a.size == 0 or b.size == 0:
+        raise ValueError("both sample sets need at least one sample")
+    rng = np.random.default_rng(seed)
+    ra = np.median(rng.choice(a, (n_resamples, a.size)), axis=1)
+    rb = np.median(rng.choice(b, (n_resamples, b.size)), axis=1)
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(ra / rb, [tail, 100 - tail])
+    return float(np.median(a) / np.median(b)), float(low), float(high)

@@ -1,0 +1,68 @@
+"""Wall-clock timing of a callable: warm-up, then repeat until a minimum count *and* a minimum
+duration are reached, keeping every sample."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class TimingPolicy:
+    warmup: int = 2
+    min_repeats: int = 5
+    min_time_s: float = 1.0
+    max_repeats: int = 1000  # bound for very fast calls
+
+    def __post_init__(self) -> None:
+        if self.warmup < 0 or self.min_repeats < 1 or self.max_repeats < self.min_repeats:
+            raise ValueError(f"invalid timing policy {self}: need warmup >= 0, "
+                             "1 <= min_repeats <= max_repeats")
+        if self.min_time_s < 0:
+            raise ValueError(f"min_time_s must be >= 0, got {self.min_time_s}")
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def timer_name(device: torch.device) -> str:
+    return "torch.cuda.Event" if device.type == "cuda" else "time.perf_counter"
+
+
+def measure(fn: Callable[[], object], device: torch.device, policy: TimingPolicy,
+            progress: Callable[[int], None] | None = None) -> list[float]:
+    """Seconds per call of ``fn``. On CUDA, events around each call and a synchronize per
+    sample; on CPU, ``perf_counter`` (CPU ops are synchronous)."""
+    for _ in range(policy.warmup):
+        fn()
+    _sync(device)
+    samples: list[float] = []
+    started = time.perf_counter()
+    while (len(samples) < policy.min_repeats
+           or time.perf_counter() - started < policy.min_time_s) \
+            and len(samples) < policy.max_repeats:
+        samples.append(_time_once(fn, device))
+        if progress is not None:
+            progress(len(samples))
+    return samples
+
+
+def _time_once(fn: Callable[[], object], device: torch.device) -> float:
+    if device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

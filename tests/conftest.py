@@ -1,0 +1,15 @@
+import pytest
+
+from suite.config import BertVarlenConfig
+
+TINY_MODEL = {"layers": 2, "hidden": 32, "heads": 4, "intermediate": 64, "vocab_size": 100}
+
+
+@pytest.fixture
+def tiny_cfg() -> BertVarlenConfig:
+    """A BERT small enough that a whole point runs in about a second."""
+    return BertVarlenConfig.from_dict({
+        "model": TINY_MODEL, "batch_sizes": [3], "max_seq_lens": [16],
+        "timing": {"warmup": 1, "min_repeats": 3, "min_time_s": 0.0}, "device": "cpu",
+        "threads": 1,
+    })

@@ -1,0 +1,122 @@
+"""One workload point end to end, in process: gate, timing, record, and every failure status."""
+
+import dataclasses
+import sys
+
+import pytest
+import torch
+
+from suite.baselines import Baseline, registry
+from suite.baselines.torch_hf import TorchEager
+from suite.experiments.bert_varlen import run_point
+from suite.isolation import run_isolated
+from suite.records import Record, Status, read_record
+
+PEAK = {"device": "cpu-test", "device_type": "cpu", "threads": 1,
+        "peaks": {"fp32": {"measured": {"flops_per_s": 1e10}, "datasheet": None}}}
+
+
+@pytest.mark.parametrize("baseline", ["torch-eager", "reference"])
+def test_a_point_is_checked_then_timed(tiny_cfg, baseline):
+    rec = run_point(tiny_cfg, baseline, 3, 16, PEAK, show_progress=False)
+    assert rec.status is Status.OK, rec.reason
+    assert rec.correctness["passed"] and rec.correctness["max_abs_err"] < 1e-5
+    lengths = rec.workload["lengths"]
+    assert len(lengths) == 3 and all(4 <= n <= 16 for n in lengths)  # bytetransformer rule
+    stats, samples = rec.timing["stats"], rec.timing["samples"]
+    assert len(samples) >= 3 and stats["n"] == len(samples)
+    assert rec.timing["threads"] == 1 and rec.timing["timer"] == "time.perf_counter"
+    d = rec.derived
+    assert d["tokens_per_s"] == pytest.approx(sum(lengths) / stats["median"])
+    assert d["pct_of_measured_peak"] == pytest.approx(100 * d["useful_flops_per_s"] / 1e10)
+    assert d["padding_free"] is (baseline == "reference")
+    assert d["executed_flops"] >= d["useful_flops"]
+    assert rec.env["packages"]["torch"].startswith(torch.__version__.split("+")[0])
+
+
+def test_without_a_peak_the_record_says_so(tiny_cfg):
+    rec = run_point(tiny_cfg, "reference", 3, 16, None, show_progress=False)
+    assert rec.derived["pct_of_measured_peak"] is None
+    assert "run seedbench peak" in rec.derived["peak_note"]
+
+
+class WrongBert(TorchEager):
+    """Adds a small error: must be caught by the gate and never timed."""
+    name = "wrong"
+
+    def run(self, batch):
+        return super().run(batch) + 0.01
+
+
+class CrashingBert(TorchEager):
+    name = "crashing"
+
+    def run(self, batch):
+        raise RuntimeError("kernel exploded")
+
+
+class NoGpuOnly(TorchEager):
+    name = "gpu-only"
+
+    def available(self):
+        return False, "needs CUDA kernels"
+
+
+@pytest.fixture
+def fake_registry(monkeypatch):
+    extra = {c.name: c for c in (WrongBert, CrashingBert, NoGpuOnly)}
+    real = registry.create
+    monkeypatch.setattr(registry, "create",
+                        lambda name: extra[name]() if name in extra else real(name))
+
+
+def test_incorrect_baseline_is_flagged_not_timed(tiny_cfg, fake_registry):
+    rec = run_point(tiny_cfg, "wrong", 3, 16, show_progress=False)
+    assert rec.status is Status.INCORRECT
+    assert rec.correctness["max_abs_err"] == pytest.approx(0.01, rel=1e-3)
+    assert "max abs error 0.01 > tolerance 0.001" in rec.reason
+    assert rec.timing == {}
+
+
+def test_raising_baseline_becomes_failed(tiny_cfg, fake_registry):
+    rec = run_point(tiny_cfg, "crashing", 3, 16, show_progress=False)
+    assert rec.status is Status.FAILED
+    assert rec.reason == "RuntimeError: kernel exploded"
+    assert "kernel exploded" in rec.derived["traceback"]
+
+
+def test_unavailable_baseline_and_device(tiny_cfg, fake_registry):
+    rec = run_point(tiny_cfg, "gpu-only", 3, 16, show_progress=False)
+    assert (rec.status, rec.reason) == (Status.UNAVAILABLE, "needs CUDA kernels")
+    if not torch.cuda.is_available():
+        on_cuda = dataclasses.replace(tiny_cfg, device="cuda")
+        rec = run_point(on_cuda, "reference", 3, 16, show_progress=False)
+        assert rec.status is Status.UNAVAILABLE and "cuda" in rec.reason
+    rec = run_point(tiny_cfg, "no-such-baseline", 3, 16, show_progress=False)
+    assert rec.status is Status.FAILED and "unknown baseline 'no-such-baseline'" in rec.reason
+
+
+def test_fp16_on_cpu_is_refused_where_unsupported(tiny_cfg):
+    class Fp32Only(TorchEager):
+        supports = dataclasses.replace(Baseline.supports, dtypes=("fp32",))
+
+    ok, why = Fp32Only().can_run("bert-encoder", "cpu", "fp16")
+    assert not ok and "does not support dtype 'fp16'" in why
+
+
+def failed_factory(reason):
+    return Record("bert_varlen", "x", {}, {}, Status.FAILED, reason)
+
+
+@pytest.mark.parametrize("code, expected", [
+    ("import os; os.kill(os.getpid(), 9)", "killed by signal 9"),
+    ("import sys; print('boom', file=sys.stderr); sys.exit(3)", "exited with code 3"),
+    ("import time; time.sleep(30)", "timed out after 2 s"),
+])
+def test_a_dying_job_leaves_a_failed_record(tmp_path, code, expected):
+    out = tmp_path / "r.json"
+    run_isolated([sys.executable, "-c", code], out, failed_factory, timeout_s=2)
+    rec = read_record(out)
+    assert rec.status is Status.FAILED and expected in rec.reason
+    if "boom" in code:
+        assert "boom" in rec.reason  # the last lines of output come with the reason

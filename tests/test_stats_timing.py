@@ -1,0 +1,77 @@
+import time
+
+import pytest
+import torch
+
+from suite.stats import ratio_of_medians_ci, summarize
+from suite.timing import TimingPolicy, measure
+
+
+def test_summary_of_known_samples():
+    s = summarize([5.0, 1.0, 4.0, 2.0, 3.0])
+    assert (s["n"], s["median"], s["q1"], s["q3"], s["iqr"]) == (5, 3.0, 2.0, 4.0, 2.0)
+    assert s["mean"] == 3.0
+    assert s["std"] == pytest.approx(1.5811388, rel=1e-6)
+    assert s["cv"] == pytest.approx(1.5811388 / 3, rel=1e-6)
+    assert s["min"] <= s["ci_low"] <= s["median"] <= s["ci_high"] <= s["max"]
+    assert s["ci_low"] < s["ci_high"]
+
+
+def test_ci_narrows_with_more_samples():
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    few = summarize(rng.normal(10, 1, 10))
+    many = summarize(rng.normal(10, 1, 1000))
+    assert many["ci_high"] - many["ci_low"] < (few["ci_high"] - few["ci_low"]) / 3
+    assert many["ci_low"] <= many["median"] <= many["ci_high"]
+
+
+def test_ci_covers_the_true_median_about_95_percent_of_the_time():
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    hits = 0
+    for trial in range(200):
+        s = summarize(rng.exponential(1.0, 60), n_resamples=500, seed=trial)
+        hits += s["ci_low"] <= np.log(2) <= s["ci_high"]  # median of Exp(1) is ln 2
+    assert 0.88 <= hits / 200 <= 0.99
+
+
+def test_degenerate_samples():
+    s = summarize([2.0, 2.0, 2.0])
+    assert s["ci_low"] == s["ci_high"] == 2.0 and s["cv"] == 0.0
+    assert summarize([7.0])["median"] == 7.0
+    with pytest.raises(ValueError, match="zero samples"):
+        summarize([])
+
+
+def test_ratio_of_medians():
+    ratio, low, high = ratio_of_medians_ci([10, 11, 9, 10, 10.5], [5, 5.5, 4.5, 5, 5.2])
+    assert ratio == pytest.approx(2.0)
+    assert low <= ratio <= high
+    assert 1.5 < low and high < 2.6
+
+
+def test_measure_reaches_min_count_and_min_time():
+    calls = []
+    policy = TimingPolicy(warmup=2, min_repeats=3, min_time_s=0.1)
+    samples = measure(lambda: (calls.append(1), time.sleep(0.01)), torch.device("cpu"), policy)
+    assert len(calls) == len(samples) + 2  # warm-up calls are not samples
+    assert len(samples) >= 3 and sum(samples) >= 0.1 * 0.9
+    assert all(0.009 <= s < 0.5 for s in samples)
+    few = measure(lambda: None, torch.device("cpu"), TimingPolicy(0, 4, 0.0))
+    assert len(few) == 4
+
+
+def test_measure_is_bounded_for_fast_calls():
+    samples = measure(lambda: None, torch.device("cpu"),
+                      TimingPolicy(warmup=0, min_repeats=1, min_time_s=60, max_repeats=50))
+    assert len(samples) == 50
+
+
+def test_bad_policy_is_named():
+    with pytest.raises(ValueError, match="invalid timing policy"):
+        TimingPolicy(min_repeats=0)
+    with pytest.raises(ValueError, match="min_time_s must be >= 0"):
+        TimingPolicy(min_time_s=-1)
