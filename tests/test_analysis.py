@@ -1,0 +1,78 @@
+"""Table, figure and report from hand-made records: speedups, and the degenerate cases."""
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from suite.analysis.plots import latency_figure
+from suite.analysis.tables import tidy_table
+from suite.records import Record, Status, write_record
+from suite.report.render import render_report
+from suite.stats import summarize
+
+ROOT = Path(__file__).resolve().parent.parent
+PAPER = pd.read_csv(ROOT / "results/paper/bytetransformer_readme_a100_fp16_latency.csv")
+
+
+def record(baseline, max_len, samples=None, status=Status.OK, reason="", padding_free=False):
+    rec = Record("bert_varlen", baseline,
+                 {"batch_size": 1, "max_seq_len": max_len, "distribution": "bytetransformer",
+                  "seed": 0, "dtype": "fp32"}, {"seed": 0}, status, reason,
+                 env={"machine": "m", "git": {"commit": "abc"}, "cpu_model": "Test CPU"},
+                 workload={"lengths": [max_len // 2], "total_tokens": max_len // 2,
+                           "gemm_flop_bound": 2.0, "attention_flop_bound": 4.0})
+    if samples:
+        rec.timing = {"samples": samples, "stats": summarize(samples), "threads": 2,
+                      "timer": "time.perf_counter",
+                      "policy": {"warmup": 1, "min_repeats": 3, "min_time_s": 0}}
+        rec.derived = {"padding_free": padding_free, "tokens_per_s": 1.0,
+                       "useful_flops_per_s": 2e9, "pct_of_measured_peak": 10.0}
+    return rec
+
+
+def write_all(tmp_path, recs):
+    return [write_record(r, tmp_path / f"{r.baseline}_{r.point['max_seq_len']}.json")
+            for r in recs]
+
+
+def test_speedups_pair_records_of_the_same_point(tmp_path):
+    paths = write_all(tmp_path, [
+        record("torch-eager", 64, [0.010, 0.011, 0.012]),
+        record("reference", 64, [0.004, 0.005, 0.006], padding_free=True),
+        record("torch-eager", 128, [0.020, 0.020, 0.020]),
+        record("reference", 128, [0.008, 0.008, 0.008], padding_free=True),
+    ])
+    df = tidy_table(paths).set_index(["baseline", "max_seq_len"])
+    assert df.loc[("reference", 64), "speedup_vs_padded"] == pytest.approx(0.011 / 0.005)
+    assert df.loc[("reference", 128), "speedup_vs_padded"] == pytest.approx(2.5)
+    assert df.loc[("reference", 128), "pct_of_gemm_bound"] == pytest.approx(125.0)
+    assert df.loc[("torch-eager", 64), "speedup_vs_padded"] == 1.0
+    assert pd.isna(df.loc[("torch-eager", 64), "pct_of_gemm_bound"])
+    assert df.loc[("reference", 64), "median_ms"] == pytest.approx(5.0)
+
+
+def test_failed_padded_baseline_means_no_speedup_and_a_listed_failure(tmp_path):
+    paths = write_all(tmp_path, [
+        record("torch-eager", 64, status=Status.FAILED, reason="out of memory"),
+        record("reference", 64, [0.004, 0.005], padding_free=True),
+    ])
+    df = tidy_table(paths)
+    assert pd.isna(df.set_index("baseline").loc["reference", "speedup_vs_padded"])
+    table = tmp_path / "t.csv"
+    df.to_csv(table, index=False)
+    fig = latency_figure(pd.read_csv(table), PAPER, tmp_path / "fig")
+    html = render_report(table, fig[1], tmp_path / "index.html").read_text()
+    assert "out of memory" in html and "failed" in html
+    assert "Test CPU" in html
+
+
+def test_all_failed_still_renders(tmp_path):
+    paths = write_all(tmp_path, [record("torch-eager", 64, status=Status.UNAVAILABLE,
+                                        reason="no GPU")])
+    table = tmp_path / "t.csv"
+    tidy_table(paths).to_csv(table, index=False)
+    fig = latency_figure(pd.read_csv(table), PAPER, tmp_path / "fig")
+    assert all(p.stat().st_size > 0 for p in fig)
+    html = render_report(table, fig[1], tmp_path / "index.html").read_text()
+    assert "no GPU" in html and "unavailable" in html

@@ -1,0 +1,166 @@
+"""The whole workflow through Snakemake's Python API, in a temp dir, on a tiny config.
+
+Besides the two real baselines, a plugin distribution made here (a dist-info folder on the path,
+exactly what an installed package looks like to importlib.metadata) registers three broken
+baselines: one that raises, one that kills its own process, one that is unavailable. The workflow
+must keep going and the report must list all three with their reasons.
+"""
+
+import json
+import os
+import shutil
+import sys
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from snakemake.api import SnakemakeApi
+from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings
+
+from suite.env import cpu_model
+from suite.records import read_record
+
+ROOT = Path(__file__).resolve().parent.parent
+MACHINE = "test-machine"
+
+PLUGIN = textwrap.dedent('''
+    import os, signal
+    from suite.baselines.torch_hf import TorchEager
+
+    class Raising(TorchEager):
+        name = "raising"
+        description = "raises inside run()"
+        def run(self, batch):
+            raise RuntimeError("deliberately broken kernel")
+
+    class Segfaulting(TorchEager):
+        name = "segfaulting"
+        description = "kills its own process"
+        def run(self, batch):
+            os.kill(os.getpid(), signal.SIGSEGV)
+
+    class Absent(TorchEager):
+        name = "absent"
+        description = "needs a package this machine lacks"
+        def available(self):
+            return False, "package 'nonexistent-framework' is not installed"
+''')
+
+
+def tiny_config(baselines):
+    return {
+        "machine": MACHINE,
+        "peak": {"dtypes": ["fp32"], "sizes": [64, 128], "repeats": 1},
+        "bert_varlen": {
+            "baselines": baselines,
+            "model": {"layers": 2, "hidden": 32, "heads": 4, "intermediate": 64,
+                      "vocab_size": 100},
+            "batch_sizes": [3], "max_seq_lens": [8, 16], "device": "cpu", "threads": 1,
+            "timing": {"warmup": 1, "min_repeats": 3, "min_time_s": 0.0},
+        },
+    }
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    """A copy of the workflow, the plugin on the path of this process and of every job."""
+    for item in ("Snakefile", "workflows"):
+        src = ROOT / item
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / item)
+    shutil.copytree(ROOT / "results" / "paper", tmp_path / "results" / "paper")
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "broken_baselines.py").write_text(PLUGIN)
+    info = plugins / "broken_baselines-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-baselines\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(
+        "[seedbench.baselines]\n" + "".join(f"{n} = broken_baselines:{c}\n" for n, c in
+                                            [("raising", "Raising"),
+                                             ("segfaulting", "Segfaulting"),
+                                             ("absent", "Absent")]))
+    monkeypatch.syspath_prepend(str(plugins))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(plugins), str(ROOT)]))
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def run_workflow(workdir: Path, config: dict, targets=None) -> None:
+    cfg_path = workdir / "test.yaml"
+    cfg_path.write_text(json.dumps(config))
+    with SnakemakeApi(OutputSettings(quiet=None)) as api:
+        wf = api.workflow(resource_settings=ResourceSettings(cores=2),
+                          config_settings=ConfigSettings(configfiles=[cfg_path]),
+                          snakefile=workdir / "Snakefile", workdir=workdir)
+        wf.dag().execute_workflow()
+
+
+def test_bad_config_stops_before_any_job(workdir):
+    config = tiny_config(["torch-eager", "reference"])
+    config["bert_varlen"]["batch_sizes"] = ["sixteen"]
+    with pytest.raises(Exception) as e:
+        run_workflow(workdir, config)
+    text = str(e.value) + "".join(str(a) for a in getattr(e.value, "args", ()))
+    assert "bert_varlen.batch_sizes.0" in text and "'sixteen'" in text
+    assert not (workdir / "results" / MACHINE).exists()
+
+    config = tiny_config(["torch-eager", "refrence"])
+    with pytest.raises(Exception) as e:
+        run_workflow(workdir, config)
+    assert "unknown baseline(s) ['refrence']" in str(e.value)
+    assert not (workdir / "results" / MACHINE).exists()
+
+
+@pytest.mark.slow
+def test_workflow_end_to_end(workdir):
+    baselines = ["torch-eager", "reference", "raising", "segfaulting", "absent"]
+    run_workflow(workdir, tiny_config(baselines))
+    results = workdir / "results" / MACHINE
+
+    # records: one per (baseline, point), each with the status its baseline earns
+    recs = {p.relative_to(results / "bert_varlen").as_posix(): read_record(p)
+            for p in (results / "bert_varlen").glob("*/*.json")}
+    assert len(recs) == 10
+    status = {k: (r.status.value, r.reason) for k, r in recs.items()}
+    for b in ("torch-eager", "reference"):
+        for s in (8, 16):
+            rec = recs[f"{b}/b3_l{s}.json"]
+            assert rec.status.value == "ok" and rec.correctness["passed"]
+            assert len(rec.timing["samples"]) >= 3
+            assert rec.derived["pct_of_measured_peak"] > 0
+    assert status["raising/b3_l8.json"] == ("failed", "RuntimeError: deliberately broken kernel")
+    assert status["segfaulting/b3_l8.json"][0] == "failed"
+    assert "killed by signal 11" in status["segfaulting/b3_l8.json"][1]
+    assert status["absent/b3_l16.json"] == (
+        "unavailable", "package 'nonexistent-framework' is not installed")
+
+    # the tidy table: a row per record, speedups that are the ratio of the two medians
+    table = pd.read_csv(results / "bert_varlen" / "table.csv")
+    assert len(table) == 10
+    ref = table[(table.baseline == "reference") & (table.max_seq_len == 16)].iloc[0]
+    eager = table[(table.baseline == "torch-eager") & (table.max_seq_len == 16)].iloc[0]
+    assert ref.speedup_vs_padded == pytest.approx(eager.median_ms / ref.median_ms)
+    assert ref.speedup_ci_low <= ref.speedup_vs_padded <= ref.speedup_ci_high
+    assert eager.speedup_vs_padded == 1.0 and pd.isna(eager.speedup_ci_low)
+    assert ref.total_tokens == sum(recs["reference/b3_l16.json"].workload["lengths"])
+
+    # the figure and the report
+    for suffix in ("png", "svg"):
+        assert (workdir / "reports" / "figures" / f"bert_varlen_latency.{suffix}").stat().st_size > 10_000
+    html = (workdir / "reports" / "index.html").read_text()
+    assert html.count("<td class=\"l\">reference</td>") == 2
+    assert html.count("<td class=\"l\">torch-eager</td>") == 2
+    assert "deliberately broken kernel" in html
+    assert "killed by signal 11" in html
+    assert "nonexistent-framework" in html
+    assert f"{ref.median_ms:.2f}" in html
+    assert "<svg" in html and cpu_model() in html
+
+    # a second run with nothing changed does no work
+    mtimes = {p: p.stat().st_mtime_ns for p in results.rglob("*.json")}
+    html_mtime = (workdir / "reports" / "index.html").stat().st_mtime_ns
+    run_workflow(workdir, tiny_config(baselines))
+    assert {p: p.stat().st_mtime_ns for p in results.rglob("*.json")} == mtimes
+    assert (workdir / "reports" / "index.html").stat().st_mtime_ns == html_mtime
