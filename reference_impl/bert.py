@@ -1,120 +1,278 @@
-"""Padding-free BERT encoder (the ByteTransformer idea), in plain PyTorch.
+"""Padding-free BERT-family encoder (the ByteTransformer design), with every optimization of the
+paper as a switch.
 
-The encoder packs the valid tokens of a right-padded batch once, runs every GEMM (QKV, attention
-output, FFN) on those T tokens only, runs attention per sequence, and unpacks at the end. For a
-batch whose lengths average 60% of the padded length, that skips about 40% of the GEMM work and
-more of the attention work.
+With ``padding_free`` on, the valid tokens of a right-padded batch are packed once and every GEMM
+(QKV, attention output, FFN) runs on those T tokens only; padding never comes back inside the
+encoder. With it off, the same layers run on all B*S positions, as a padded framework does. The
+other switches swap one unfused step for its fused form:
+
+- ``fused_layernorm``: bias + residual + LayerNorm after each output GEMM in one kernel;
+- ``fused_gemm_gelu``: the FFN's bias + GELU as the epilogue of its first GEMM;
+- ``fused_mha``: varlen attention on the packed tokens (one fused kernel on GPU, length buckets on
+  CPU) instead of matmul + mask + softmax + matmul on the padded batch.
+
+The paper's ablation ladder (``LADDER``) turns them on one after another. HF ``BertModel``,
+``AlbertModel`` (factorized embeddings, shared layers) and ``DistilBertModel`` map onto this one
+encoder; ``DebertaV2Model`` (disentangled attention) has its own module in ``deberta.py``.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, fields
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from reference_impl.kernels import varlen_attention
+from reference_impl.kernels import (add_bias_residual_layernorm, bias_gelu, padded_attention,
+                                    varlen_attention)
 from reference_impl.packing import PackInfo, pack, pack_info, packed_positions, unpack
 
-_ACTIVATIONS = {
-    "gelu": lambda x: F.gelu(x),
-    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
-    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
-    "relu": F.relu,
-}
+# HF activation name -> torch GELU approximation (BERT "gelu" is exact; ALBERT's "gelu_new" tanh)
+_GELU = {"gelu": "none", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh"}
+
+
+@dataclass(frozen=True)
+class Switches:
+    padding_free: bool = True
+    fused_layernorm: bool = True
+    fused_gemm_gelu: bool = True
+    fused_mha: bool = True
+    backend: str = "auto"  # kernel backend: auto (triton on CUDA) | torch | triton
+
+    @classmethod
+    def names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+
+LADDER: list[tuple[str, Switches]] = [
+    ("padded, unfused", Switches(False, False, False, False)),
+    ("+ fused LayerNorm", Switches(False, True, False, False)),
+    ("+ fused GEMM/GELU", Switches(False, True, True, False)),
+    ("+ padding-free", Switches(True, True, True, False)),
+    ("+ fused MHA", Switches(True, True, True, True)),
+]
 
 
 class EncoderLayer(nn.Module):
-    """Post-LN BERT layer on packed ``[T, H]`` tokens."""
+    """Post-LN transformer layer on rows of tokens (packed ``[T, H]`` or padded ``[B*S, H]``)."""
 
     def __init__(self, hidden: int, heads: int, intermediate: int, eps: float, activation: str):
         super().__init__()
-        self.heads, self.head_dim = heads, hidden // heads
+        if activation not in _GELU:
+            raise ValueError(f"activation={activation!r} is not one of {sorted(_GELU)}")
+        self.heads, self.head_dim, self.eps = heads, hidden // heads, eps
+        self.approximate = _GELU[activation]
         self.qkv = nn.Linear(hidden, 3 * hidden)  # Q, K, V fused into one GEMM
         self.attn_out = nn.Linear(hidden, hidden)
         self.ln_attn = nn.LayerNorm(hidden, eps=eps)
         self.ffn_in = nn.Linear(hidden, intermediate)
         self.ffn_out = nn.Linear(intermediate, hidden)
         self.ln_ffn = nn.LayerNorm(hidden, eps=eps)
-        self.act = _ACTIVATIONS[activation]
 
-    def forward(self, x: torch.Tensor, info: PackInfo) -> torch.Tensor:
-        tokens = x.shape[0]
-        q, k, v = self.qkv(x).view(tokens, 3, self.heads, self.head_dim).unbind(1)
-        ctx = varlen_attention(q, k, v, info.cu_seqlens, info.max_seqlen,
-                               softmax_scale=1.0 / math.sqrt(self.head_dim))
-        x = self.ln_attn(x + self.attn_out(ctx.reshape(tokens, -1)))
-        return self.ln_ffn(x + self.ffn_out(self.act(self.ffn_in(x))))
+    def forward(self, x: torch.Tensor, info: PackInfo, sw: Switches) -> torch.Tensor:
+        x = self._norm_after(self.attn_out, self._attention(x, info, sw), x, self.ln_attn, sw)
+        if sw.fused_gemm_gelu:
+            h = bias_gelu(F.linear(x, self.ffn_in.weight), self.ffn_in.bias, self.approximate,
+                          backend=sw.backend)
+        else:
+            h = F.gelu(self.ffn_in(x), approximate=self.approximate)
+        return self._norm_after(self.ffn_out, h, x, self.ln_ffn, sw)
+
+    def _norm_after(self, proj: nn.Linear, h: torch.Tensor, residual: torch.Tensor,
+                    ln: nn.LayerNorm, sw: Switches) -> torch.Tensor:
+        """LayerNorm(proj(h) + residual): fused epilogue, or GEMM+bias, add, LayerNorm apart."""
+        if sw.fused_layernorm:
+            return add_bias_residual_layernorm(F.linear(h, proj.weight), proj.bias, residual,
+                                               ln.weight, ln.bias, self.eps, backend=sw.backend)
+        return ln(proj(h) + residual)
+
+    def _attention(self, x: torch.Tensor, info: PackInfo, sw: Switches) -> torch.Tensor:
+        rows = x.shape[0]
+        q, k, v = self.qkv(x).view(rows, 3, self.heads, self.head_dim).unbind(1)
+        scale = 1.0 / math.sqrt(self.head_dim)
+        if sw.fused_mha:
+            if not sw.padding_free:  # the kernel wants the valid tokens: gather, then scatter
+                q, k, v = (pack(t.view(info.batch_size, info.padded_len, *t.shape[1:]), info)
+                           for t in (q, k, v))
+            ctx = varlen_attention(q, k, v, info.cu_seqlens, info.max_seqlen,
+                                   softmax_scale=scale, backend=sw.backend)
+            if not sw.padding_free:
+                ctx = unpack(ctx, info).flatten(0, 1)
+        else:  # the padded, unfused form; a padding-free encoder re-pads for it (paper step 3)
+            padded = [unpack(t, info) if sw.padding_free else
+                      t.view(info.batch_size, info.padded_len, *t.shape[1:]) for t in (q, k, v)]
+            mask = torch.arange(info.padded_len, device=x.device)[None, :] < \
+                info.seqlens.to(x.device)[:, None]
+            ctx = padded_attention(*padded, mask, softmax_scale=scale)
+            ctx = pack(ctx, info) if sw.padding_free else ctx.flatten(0, 1)
+        return ctx.reshape(rows, -1)
 
 
 class PaddingFreeBert(nn.Module):
-    """BERT encoder that never computes on padding. Returns the last hidden state ``[B, S, H]``
-    with zeros at padded positions."""
+    """BERT-family encoder. ``forward`` returns the last hidden state ``[B, S, H]`` with zeros at
+    padded positions, whatever the switches."""
 
     def __init__(self, *, vocab_size: int, hidden: int, layers: int, heads: int, intermediate: int,
                  max_position: int, type_vocab_size: int, eps: float = 1e-12,
-                 activation: str = "gelu"):
+                 activation: str = "gelu", embedding_size: int | None = None,
+                 shared_layers: int | None = None, **switches):
         super().__init__()
         if hidden % heads:
             raise ValueError(f"hidden={hidden} is not divisible by heads={heads}")
-        if activation not in _ACTIVATIONS:
-            raise ValueError(f"activation={activation!r} is not one of {sorted(_ACTIVATIONS)}")
-        self.word = nn.Embedding(vocab_size, hidden)
-        self.position = nn.Embedding(max_position, hidden)
-        self.token_type = nn.Embedding(type_vocab_size, hidden)
-        self.ln_embed = nn.LayerNorm(hidden, eps=eps)
-        self.layers = nn.ModuleList(
-            EncoderLayer(hidden, heads, intermediate, eps, activation) for _ in range(layers))
+        emb = embedding_size or hidden
+        self.word = nn.Embedding(vocab_size, emb)
+        self.position = nn.Embedding(max_position, emb)
+        self.token_type = nn.Embedding(type_vocab_size, emb) if type_vocab_size else None
+        self.ln_embed = nn.LayerNorm(emb, eps=eps)
+        # ALBERT: embeddings of width E projected to H (a projection even where E == H)
+        self.embed_proj = nn.Linear(emb, hidden) if embedding_size is not None else None
+        # ALBERT shares one layer (or a few groups of layers) across depth
+        unique = nn.ModuleList(EncoderLayer(hidden, heads, intermediate, eps, activation)
+                               for _ in range(shared_layers or layers))
+        self.layers = nn.ModuleList(unique[i * len(unique) // layers] for i in range(layers))
+        self.switches = Switches(**switches)
+
+    def configure(self, **switches) -> "PaddingFreeBert":
+        """Change switches in place (weights stay): e.g. ``configure(fused_mha=False)``."""
+        unknown = set(switches) - set(Switches.names())
+        if unknown:
+            raise ValueError(f"unknown switch(es) {sorted(unknown)}; valid: {Switches.names()}")
+        self.switches = Switches(**{**self.switches.__dict__, **switches})
+        return self
 
     @classmethod
-    def from_hf(cls, model: nn.Module) -> "PaddingFreeBert":
-        """Copy the weights of a HF ``BertModel``; the result has its dtype and device."""
-        cfg = model.config
-        kind = getattr(cfg, "position_embedding_type", "absolute")
-        if kind not in (None, "absolute"):
-            raise ValueError(f"position_embedding_type={kind!r} unsupported; only 'absolute'")
+    def from_hf(cls, model: nn.Module, **switches) -> nn.Module:
+        """Copy a HF ``BertModel``, ``AlbertModel``, ``DistilBertModel`` or ``DebertaV2Model``;
+        the result has the model's dtype and device."""
+        kind = type(model).__name__
+        if kind == "DebertaV2Model":
+            from reference_impl.deberta import PaddingFreeDebertaV2
+
+            if Switches(**switches) != Switches(backend=switches.get("backend", "auto")):
+                raise ValueError(f"DebertaV2Model runs padding-free with its own attention; "
+                                 f"switches {switches} are not supported for it")
+            return PaddingFreeDebertaV2.from_hf(model)
+        loaders = {"BertModel": _from_bert, "AlbertModel": _from_albert,
+                   "DistilBertModel": _from_distilbert}
+        if kind not in loaders:
+            raise ValueError(f"unsupported model {kind}; supported: "
+                             f"{sorted([*loaders, 'DebertaV2Model'])}")
         ref = next(model.parameters())
-        self = cls(vocab_size=cfg.vocab_size, hidden=cfg.hidden_size, layers=cfg.num_hidden_layers,
-                   heads=cfg.num_attention_heads, intermediate=cfg.intermediate_size,
-                   max_position=cfg.max_position_embeddings, type_vocab_size=cfg.type_vocab_size,
-                   eps=cfg.layer_norm_eps, activation=cfg.hidden_act).to(ref.device, ref.dtype)
-        emb = model.embeddings
-        with torch.no_grad():
-            self.word.weight.copy_(emb.word_embeddings.weight)
-            self.position.weight.copy_(emb.position_embeddings.weight)
-            self.token_type.weight.copy_(emb.token_type_embeddings.weight)
-            _copy_ln(self.ln_embed, emb.LayerNorm)
-            for mine, theirs in zip(self.layers, model.encoder.layer):
-                att = theirs.attention
-                mine.qkv.weight.copy_(torch.cat([att.self.query.weight, att.self.key.weight,
-                                                 att.self.value.weight]))
-                mine.qkv.bias.copy_(torch.cat([att.self.query.bias, att.self.key.bias,
-                                               att.self.value.bias]))
-                _copy_linear(mine.attn_out, att.output.dense)
-                _copy_ln(mine.ln_attn, att.output.LayerNorm)
-                _copy_linear(mine.ffn_in, theirs.intermediate.dense)
-                _copy_linear(mine.ffn_out, theirs.output.dense)
-                _copy_ln(mine.ln_ffn, theirs.output.LayerNorm)
-        return self.eval()
+        ours = loaders[kind](cls, model, switches)
+        return ours.to(ref.device, ref.dtype).eval()
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        info = pack_info(attention_mask)
-        ids = pack(input_ids, info)
-        types = torch.zeros_like(ids) if token_type_ids is None else pack(token_type_ids, info)
-        x = self.word(ids) + self.position(packed_positions(info)) + self.token_type(types)
+        sw, info = self.switches, pack_info(attention_mask)
+        if sw.padding_free:
+            ids, pos = pack(input_ids, info), packed_positions(info)
+            types = None if token_type_ids is None else pack(token_type_ids, info)
+        else:  # every position, as a padded framework computes it
+            ids = input_ids.flatten()
+            pos = torch.arange(info.padded_len, device=ids.device).repeat(info.batch_size)
+            types = None if token_type_ids is None else token_type_ids.flatten()
+        x = self.word(ids) + self.position(pos)
+        if self.token_type is not None:
+            x = x + self.token_type(torch.zeros_like(ids) if types is None else types)
         x = self.ln_embed(x)
+        if self.embed_proj is not None:
+            x = self.embed_proj(x)
         for layer in self.layers:
-            x = layer(x, info)
-        return unpack(x, info)
+            x = layer(x, info, sw)
+        if sw.padding_free:
+            return unpack(x, info)
+        out = x.view(info.batch_size, info.padded_len, -1)
+        return torch.where(attention_mask.bool()[..., None], out, 0.0)
 
 
-def _copy_linear(dst: nn.Linear, src: nn.Linear) -> None:
+def _copy(dst: nn.Module, src: nn.Module) -> None:
     dst.weight.copy_(src.weight)
     dst.bias.copy_(src.bias)
 
 
-def _copy_ln(dst: nn.LayerNorm, src: nn.LayerNorm) -> None:
-    dst.weight.copy_(src.weight)
-    dst.bias.copy_(src.bias)
+def _copy_qkv(dst: nn.Linear, q: nn.Linear, k: nn.Linear, v: nn.Linear) -> None:
+    dst.weight.copy_(torch.cat([q.weight, k.weight, v.weight]))
+    dst.bias.copy_(torch.cat([q.bias, k.bias, v.bias]))
+
+
+def _copy_embeddings(ours: PaddingFreeBert, emb: nn.Module) -> None:
+    ours.word.weight.copy_(emb.word_embeddings.weight)
+    ours.position.weight.copy_(emb.position_embeddings.weight)
+    if ours.token_type is not None:
+        ours.token_type.weight.copy_(emb.token_type_embeddings.weight)
+    _copy(ours.ln_embed, emb.LayerNorm)
+
+
+def _absolute_positions_only(cfg) -> None:
+    kind = getattr(cfg, "position_embedding_type", "absolute")
+    if kind not in (None, "absolute"):
+        raise ValueError(f"position_embedding_type={kind!r} unsupported; only 'absolute'")
+
+
+@torch.no_grad()
+def _from_bert(cls, model, switches) -> PaddingFreeBert:
+    cfg = model.config
+    _absolute_positions_only(cfg)
+    ours = cls(vocab_size=cfg.vocab_size, hidden=cfg.hidden_size, layers=cfg.num_hidden_layers,
+               heads=cfg.num_attention_heads, intermediate=cfg.intermediate_size,
+               max_position=cfg.max_position_embeddings, type_vocab_size=cfg.type_vocab_size,
+               eps=cfg.layer_norm_eps, activation=cfg.hidden_act, **switches)
+    _copy_embeddings(ours, model.embeddings)
+    for mine, theirs in zip(ours.layers, model.encoder.layer):
+        att = theirs.attention
+        _copy_qkv(mine.qkv, att.self.query, att.self.key, att.self.value)
+        _copy(mine.attn_out, att.output.dense)
+        _copy(mine.ln_attn, att.output.LayerNorm)
+        _copy(mine.ffn_in, theirs.intermediate.dense)
+        _copy(mine.ffn_out, theirs.output.dense)
+        _copy(mine.ln_ffn, theirs.output.LayerNorm)
+    return ours
+
+
+@torch.no_grad()
+def _from_albert(cls, model, switches) -> PaddingFreeBert:
+    cfg = model.config
+    _absolute_positions_only(cfg)
+    if cfg.inner_group_num != 1:
+        raise ValueError(f"AlbertConfig.inner_group_num={cfg.inner_group_num} unsupported; "
+                         "only 1 (every released ALBERT)")
+    ours = cls(vocab_size=cfg.vocab_size, hidden=cfg.hidden_size, layers=cfg.num_hidden_layers,
+               heads=cfg.num_attention_heads, intermediate=cfg.intermediate_size,
+               max_position=cfg.max_position_embeddings, type_vocab_size=cfg.type_vocab_size,
+               eps=cfg.layer_norm_eps, activation=cfg.hidden_act,
+               embedding_size=cfg.embedding_size, shared_layers=cfg.num_hidden_groups, **switches)
+    _copy_embeddings(ours, model.embeddings)
+    if ours.embed_proj is not None:
+        _copy(ours.embed_proj, model.encoder.embedding_hidden_mapping_in)
+    unique = list(dict.fromkeys(ours.layers))  # shared modules, in depth order
+    for mine, group in zip(unique, model.encoder.albert_layer_groups):
+        theirs = group.albert_layers[0]
+        att = theirs.attention
+        _copy_qkv(mine.qkv, att.query, att.key, att.value)
+        _copy(mine.attn_out, att.dense)
+        _copy(mine.ln_attn, att.LayerNorm)
+        _copy(mine.ffn_in, theirs.ffn)
+        _copy(mine.ffn_out, theirs.ffn_output)
+        _copy(mine.ln_ffn, theirs.full_layer_layer_norm)
+    return ours
+
+
+@torch.no_grad()
+def _from_distilbert(cls, model, switches) -> PaddingFreeBert:
+    cfg = model.config  # sinusoidal positions live in the same table: copying it is exact
+    ours = cls(vocab_size=cfg.vocab_size, hidden=cfg.dim, layers=cfg.n_layers,
+               heads=cfg.n_heads, intermediate=cfg.hidden_dim,
+               max_position=cfg.max_position_embeddings, type_vocab_size=0, eps=1e-12,
+               activation=cfg.activation, **switches)
+    _copy_embeddings(ours, model.embeddings)
+    for mine, theirs in zip(ours.layers, model.transformer.layer):
+        att = theirs.attention
+        _copy_qkv(mine.qkv, att.q_lin, att.k_lin, att.v_lin)
+        _copy(mine.attn_out, att.out_lin)
+        _copy(mine.ln_attn, theirs.sa_layer_norm)
+        _copy(mine.ffn_in, theirs.ffn.lin1)
+        _copy(mine.ffn_out, theirs.ffn.lin2)
+        _copy(mine.ln_ffn, theirs.output_layer_norm)
+    return ours

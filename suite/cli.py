@@ -9,14 +9,19 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+from suite.experiments import EXPERIMENTS
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="seedbench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="measure one workload point of one baseline -> a record")
-    run.add_argument("experiment", choices=["bert_varlen"])
-    run.add_argument("--baseline", required=True)
+    run.add_argument("experiment", choices=sorted(EXPERIMENTS))
+    run.add_argument("--baseline", required=True, help="system under test")
+    run.add_argument("--subject", default=None,
+                     help="model family (bert, albert, distilbert, deberta) for end-to-end "
+                          "experiments; operator (attention, layernorm, gemm_gelu) for kernels")
     run.add_argument("--batch-size", type=int, required=True)
     run.add_argument("--max-seq-len", type=int, required=True)
     src = run.add_mutually_exclusive_group(required=True)
@@ -43,14 +48,16 @@ def main(argv: list[str] | None = None) -> int:
     table.add_argument("--padded-baseline", default="torch-eager")
     table.add_argument("--out", type=Path, required=True)
 
-    plot = sub.add_parser("plot", help="tidy CSV -> figures (PNG and SVG)")
+    plot = sub.add_parser("plot", help="one experiment's tidy CSV -> a figure (PNG and SVG)")
+    plot.add_argument("experiment", choices=sorted(EXPERIMENTS))
     plot.add_argument("--table", type=Path, required=True)
-    plot.add_argument("--paper", type=Path, required=True)
+    plot.add_argument("--paper", type=Path, required=True, help="the paper's latency table")
+    plot.add_argument("--claims", type=Path, required=True, help="the paper's claims table")
     plot.add_argument("--out", type=Path, required=True, help="figure path without suffix")
 
-    report = sub.add_parser("report", help="tidy CSV + figures -> HTML report")
-    report.add_argument("--table", type=Path, required=True)
-    report.add_argument("--figure", type=Path, required=True, help="SVG of the main figure")
+    report = sub.add_parser("report", help="tidy CSVs + figures -> HTML report")
+    report.add_argument("--section", nargs=3, action="append", required=True,
+                        metavar=("EXPERIMENT", "TABLE", "FIGURE_SVG"))
     report.add_argument("--peak", type=Path)
     report.add_argument("--config", type=Path)
     report.add_argument("--out", type=Path, required=True)
@@ -70,34 +77,48 @@ def _run(args: argparse.Namespace) -> int:
                else json.loads(args.section_json))
     cfg = BertVarlenConfig.from_dict(section)
     if args.in_process:
-        from suite.experiments.bert_varlen import run_point
         from suite.records import write_record
 
         peak = json.loads(args.peak.read_text()) if args.peak else None
-        record = run_point(cfg, args.baseline, args.batch_size, args.max_seq_len, peak)
+        record = _measure(args, cfg, peak)
         write_record(record, args.out)
         print(f"{args.out}: {record.status.value} {record.reason[:200]}", file=sys.stderr)
         return 0
 
     from suite import env as envmod
-    from suite.experiments.bert_varlen import EXPERIMENT, point_dict
     from suite.isolation import run_isolated
     from suite.records import Record, Status
 
     def failed(reason: str) -> Record:
-        return Record(EXPERIMENT, args.baseline, point_dict(cfg, args.batch_size,
-                                                            args.max_seq_len),
-                      cfg.to_dict(), Status.FAILED, reason, env=envmod.capture(torch_info=False),
+        point = {"batch_size": args.batch_size, "max_seq_len": args.max_seq_len,
+                 "subject": args.subject}
+        return Record(args.experiment, args.baseline, point, cfg.to_dict(), Status.FAILED,
+                      reason, env=envmod.capture(torch_info=False),
                       created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
 
-    child = ["run", "bert_varlen", "--baseline", args.baseline, "--batch-size",
+    child = ["run", args.experiment, "--baseline", args.baseline, "--batch-size",
              str(args.batch_size), "--max-seq-len", str(args.max_seq_len), "--section-json",
              json.dumps(cfg.to_dict()), "--out", str(args.out), "--in-process"]
+    if args.subject:
+        child += ["--subject", args.subject]
     if args.peak:
         child += ["--peak", str(args.peak)]
     args.out.unlink(missing_ok=True)
     run_isolated([sys.executable, "-m", "suite.cli", *child], args.out, failed, cfg.timeout_s)
     return 0
+
+
+def _measure(args: argparse.Namespace, cfg, peak):
+    if args.experiment in ("bert_mha", "bert_fused_ops"):
+        from suite.experiments.bert_kernels import OPS, run_kernel_point
+
+        op = args.subject or OPS[args.experiment][0]
+        return run_kernel_point(cfg, args.experiment, op, args.baseline, args.batch_size,
+                                args.max_seq_len, peak)
+    from suite.experiments.bert_varlen import run_point
+
+    return run_point(cfg, args.baseline, args.batch_size, args.max_seq_len, peak,
+                     experiment=args.experiment, model_kind=args.subject or "bert")
 
 
 def _peak(args: argparse.Namespace) -> int:
@@ -166,17 +187,18 @@ def _table(args: argparse.Namespace) -> int:
 def _plot(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from suite.analysis.plots import latency_figure
+    from suite.analysis.plots import experiment_figure
 
-    latency_figure(pd.read_csv(args.table), pd.read_csv(args.paper, comment="#"), args.out)
+    experiment_figure(args.experiment, pd.read_csv(args.table), pd.read_csv(args.paper),
+                      pd.read_csv(args.claims), args.out)
     return 0
 
 
 def _report(args: argparse.Namespace) -> int:
     from suite.report.render import render_report
 
-    render_report(args.table, args.figure, args.out, peak_path=args.peak,
-                  config_path=args.config)
+    sections = [(e, Path(t), Path(f)) for e, t, f in args.section]
+    render_report(sections, args.out, peak_path=args.peak, config_path=args.config)
     return 0
 
 

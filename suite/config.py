@@ -103,6 +103,27 @@ class BertDims:
 
 
 @dataclass(frozen=True)
+class Study:
+    """A sub-experiment of the family: its own sweep, everything else shared with the family."""
+    enabled: bool
+    batch_sizes: tuple[int, ...]
+    max_seq_lens: tuple[int, ...]
+    models: tuple[str, ...] = ()
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Study":
+        return cls(d["enabled"], tuple(d["batch_sizes"]), tuple(d["max_seq_lens"]),
+                   tuple(d.get("models", ())))
+
+    def points(self) -> list[tuple[int, int]]:
+        return [(b, s) for b in self.batch_sizes for s in self.max_seq_lens] if self.enabled \
+            else []
+
+
+STUDIES = ("ablation", "variants", "mha", "fused_ops")
+
+
+@dataclass(frozen=True)
 class BertVarlenConfig:
     baselines: tuple[str, ...]
     padded_baseline: str
@@ -117,6 +138,10 @@ class BertVarlenConfig:
     timeout_s: float
     timing: TimingPolicy
     enabled: bool = True
+    ablation: Study | None = None
+    variants: Study | None = None
+    mha: Study | None = None
+    fused_ops: Study | None = None
 
     @classmethod
     def from_dict(cls, section: dict[str, Any]) -> "BertVarlenConfig":
@@ -132,13 +157,30 @@ class BertVarlenConfig:
                    model=BertDims(**d["model"]), batch_sizes=tuple(d["batch_sizes"]),
                    max_seq_lens=tuple(d["max_seq_lens"]), distribution=d["distribution"],
                    seed=d["seed"], dtype=d["dtype"], device=d["device"], threads=d["threads"],
-                   timeout_s=d["timeout_s"], timing=timing, enabled=d["enabled"])
+                   timeout_s=d["timeout_s"], timing=timing, enabled=d["enabled"],
+                   **{name: Study.from_dict(d[name]) for name in STUDIES})
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        for key in ("baselines", "batch_sizes", "max_seq_lens"):
-            d[key] = list(d[key])
+        d = _lists(asdict(self))
+        for name in STUDIES:
+            if name != "variants":
+                d[name].pop("models")
         return d
 
     def points(self) -> list[tuple[int, int]]:
         return [(b, s) for b in self.batch_sizes for s in self.max_seq_lens]
+
+    @property
+    def max_len(self) -> int:
+        """The longest padded length of any study: the position table every model gets."""
+        studies = [st for st in (self.ablation, self.variants, self.mha, self.fused_ops) if st]
+        return max([*self.max_seq_lens, *(s for st in studies for s in st.max_seq_lens)])
+
+
+def _lists(value: Any) -> Any:
+    """Tuples -> lists, so that a config survives a JSON round trip unchanged."""
+    if isinstance(value, dict):
+        return {k: _lists(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_lists(v) for v in value]
+    return value

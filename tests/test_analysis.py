@@ -62,7 +62,7 @@ def test_failed_padded_baseline_means_no_speedup_and_a_listed_failure(tmp_path):
     table = tmp_path / "t.csv"
     df.to_csv(table, index=False)
     fig = latency_figure(pd.read_csv(table), PAPER, tmp_path / "fig")
-    html = render_report(table, fig[1], tmp_path / "index.html").read_text()
+    html = render_report([("bert_varlen", table, fig[1])], tmp_path / "index.html").read_text()
     assert "out of memory" in html and "failed" in html
     assert "Test CPU" in html
 
@@ -74,5 +74,5 @@ def test_all_failed_still_renders(tmp_path):
     tidy_table(paths).to_csv(table, index=False)
     fig = latency_figure(pd.read_csv(table), PAPER, tmp_path / "fig")
     assert all(p.stat().st_size > 0 for p in fig)
-    html = render_report(table, fig[1], tmp_path / "index.html").read_text()
+    html = render_report([("bert_varlen", table, fig[1])], tmp_path / "index.html").read_text()
     assert "no GPU" in html and "unavailable" in html

@@ -5,7 +5,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference_impl import PaddingFreeBert, varlen_attention
+from reference_impl import PaddingFreeBert, Switches, varlen_attention
 from suite.config import BertDims
 from suite.models import canonical_bert
 from suite.workloads import bert_batch
@@ -81,3 +81,119 @@ def test_unsupported_configs_are_refused():
     with pytest.raises(ValueError, match="hidden=30 is not divisible by heads=4"):
         PaddingFreeBert(vocab_size=10, hidden=30, layers=1, heads=4, intermediate=8,
                         max_position=8, type_vocab_size=2)
+
+
+SWITCHES = ["padding_free", "fused_layernorm", "fused_gemm_gelu", "fused_mha"]
+
+
+@pytest.mark.parametrize("combo", [c for c in __import__("itertools").product([False, True],
+                                                                              repeat=4)])
+def test_every_switch_combination_matches_hf(combo):
+    hf = canonical_bert(BertDims(**TINY_MODEL), max_position=16, seed=0).double()
+    ours = PaddingFreeBert.from_hf(hf, **dict(zip(SWITCHES, combo)))
+    batch = bert_batch([5, 0, 16, 1, 9, 9], 16, TINY_MODEL["vocab_size"], seed=1)
+    with torch.inference_mode():
+        expected = hf(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                      token_type_ids=batch.token_type_ids).last_hidden_state
+        got = ours(batch.input_ids, batch.attention_mask, batch.token_type_ids)
+    valid = batch.attention_mask.bool()
+    torch.testing.assert_close(got[valid], expected[valid], rtol=0, atol=1e-10)
+    assert (got[~valid] == 0).all() and torch.isfinite(got).all()
+
+
+def test_switches_select_the_code_paths(monkeypatch):
+    """Each switch really swaps the computation: count calls into each kernel."""
+    import reference_impl.bert as bert
+
+    calls = {"varlen": 0, "padded": 0, "ln": 0, "gelu": 0}
+
+    def spy(name, fn):
+        def wrapped(*a, **k):
+            calls[name] += 1
+            return fn(*a, **k)
+        return wrapped
+
+    monkeypatch.setattr(bert, "varlen_attention", spy("varlen", bert.varlen_attention))
+    monkeypatch.setattr(bert, "padded_attention", spy("padded", bert.padded_attention))
+    monkeypatch.setattr(bert, "add_bias_residual_layernorm",
+                        spy("ln", bert.add_bias_residual_layernorm))
+    monkeypatch.setattr(bert, "bias_gelu", spy("gelu", bert.bias_gelu))
+    hf = canonical_bert(BertDims(**TINY_MODEL), max_position=8)
+    batch = bert_batch([3, 8], 8, TINY_MODEL["vocab_size"])
+    layers = TINY_MODEL["layers"]
+    for name, sw in bert.LADDER:
+        calls.update(dict.fromkeys(calls, 0))
+        PaddingFreeBert.from_hf(hf, **sw.__dict__)(batch.input_ids, batch.attention_mask)
+        assert calls == {"varlen": layers * sw.fused_mha, "padded": layers * (not sw.fused_mha),
+                         "ln": 2 * layers * sw.fused_layernorm,
+                         "gelu": layers * sw.fused_gemm_gelu}, name
+
+
+def test_configure_changes_switches_and_names_bad_ones():
+    hf = canonical_bert(BertDims(**TINY_MODEL), max_position=8)
+    m = PaddingFreeBert.from_hf(hf)
+    assert m.switches == Switches()
+    m.configure(fused_mha=False)
+    assert m.switches == Switches(fused_mha=False)
+    with pytest.raises(ValueError, match=r"unknown switch\(es\) \['fused_everything'\]"):
+        m.configure(fused_everything=True)
+
+
+def hf_variant(kind, dtype=torch.float64, embedding_size=16):
+    from transformers import AlbertConfig, AlbertModel, DistilBertConfig, DistilBertModel
+
+    torch.manual_seed(0)
+    if kind == "albert":
+        cfg = AlbertConfig(embedding_size=embedding_size, hidden_size=32, num_hidden_layers=4,
+                           num_attention_heads=4, intermediate_size=64, vocab_size=100,
+                           num_hidden_groups=2, max_position_embeddings=32)
+        cfg._attn_implementation = "eager"
+        model = AlbertModel(cfg, add_pooling_layer=False)
+    else:
+        cfg = DistilBertConfig(dim=32, n_heads=4, hidden_dim=64, n_layers=2, vocab_size=100,
+                               max_position_embeddings=32,
+                               sinusoidal_pos_embds=kind == "distilbert-sin")
+        cfg._attn_implementation = "eager"
+        model = DistilBertModel(cfg)
+    return model.to(dtype).eval()
+
+
+@pytest.mark.parametrize("kind", ["albert", "albert-e=h", "distilbert", "distilbert-sin"])
+@pytest.mark.parametrize("padding_free", [True, False])
+def test_bert_variants_match_hf(kind, padding_free):
+    hf = hf_variant(kind.removesuffix("-e=h"), embedding_size=32 if "e=h" in kind else 16)
+    ours = PaddingFreeBert.from_hf(hf, padding_free=padding_free)
+    batch = bert_batch([7, 0, 16, 1], 16, 100, seed=3)
+    kwargs = {} if kind.startswith("distil") else {"token_type_ids": batch.token_type_ids}
+    with torch.inference_mode():
+        expected = hf(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                      **kwargs).last_hidden_state
+        got = ours(batch.input_ids, batch.attention_mask, kwargs.get("token_type_ids"))
+    valid = batch.attention_mask.bool()
+    torch.testing.assert_close(got[valid], expected[valid], rtol=0, atol=1e-10)
+    assert (got[~valid] == 0).all()
+
+
+def test_albert_shares_layers():
+    ours = PaddingFreeBert.from_hf(hf_variant("albert"))
+    assert len(ours.layers) == 4 and len(set(map(id, ours.layers))) == 2
+    assert ours.layers[0] is ours.layers[1] and ours.layers[2] is ours.layers[3]
+    assert ours.embed_proj is not None  # factorized embeddings: 16 -> 32
+
+
+def test_unknown_model_is_named():
+    with pytest.raises(ValueError, match="unsupported model Linear; supported: "):
+        PaddingFreeBert.from_hf(torch.nn.Linear(2, 2))
+
+
+@pytest.mark.parametrize("lengths", [[5, 0, 16, 1, 9, 9], [150, 140, 200, 130, 100, 180], [7]])
+def test_length_buckets_cover_every_sequence_within_the_waste_bound(lengths):
+    from reference_impl.kernels import length_buckets
+    from reference_impl.kernels.attention import BUCKET_WASTE
+
+    buckets = length_buckets(lengths)
+    assert sorted(i for b in buckets for i in b) == [i for i, n in enumerate(lengths) if n]
+    for b in buckets:
+        longest = max(lengths[i] for i in b)
+        assert longest ** 2 * len(b) <= (1 + BUCKET_WASTE) * sum(lengths[i] ** 2 for i in b)
+    assert len(length_buckets([100] * 16)) == 1  # equal lengths: one batched call

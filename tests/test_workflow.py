@@ -48,7 +48,8 @@ PLUGIN = textwrap.dedent('''
 ''')
 
 
-def tiny_config(baselines):
+def tiny_config(baselines, studies=True):
+    one_point = {"enabled": studies, "batch_sizes": [3], "max_seq_lens": [16]}
     return {
         "machine": MACHINE,
         "peak": {"dtypes": ["fp32"], "sizes": [64, 128], "repeats": 1},
@@ -58,6 +59,8 @@ def tiny_config(baselines):
                       "vocab_size": 100},
             "batch_sizes": [3], "max_seq_lens": [8, 16], "device": "cpu", "threads": 1,
             "timing": {"warmup": 1, "min_repeats": 3, "min_time_s": 0.0},
+            "ablation": one_point, "mha": one_point, "fused_ops": one_point,
+            "variants": {**one_point, "models": ["albert", "distilbert", "deberta"]},
         },
     }
 
@@ -106,7 +109,7 @@ def test_bad_config_stops_before_any_job(workdir):
     assert "bert_varlen.batch_sizes.0" in text and "'sixteen'" in text
     assert not (workdir / "results" / MACHINE).exists()
 
-    config = tiny_config(["torch-eager", "refrence"])
+    config = tiny_config(["torch-eager", "refrence"], studies=False)
     with pytest.raises(Exception) as e:
         run_workflow(workdir, config)
     assert "unknown baseline(s) ['refrence']" in str(e.value)
@@ -120,8 +123,8 @@ def test_workflow_end_to_end(workdir):
     results = workdir / "results" / MACHINE
 
     # records: one per (baseline, point), each with the status its baseline earns
-    recs = {p.relative_to(results / "bert_varlen").as_posix(): read_record(p)
-            for p in (results / "bert_varlen").glob("*/*.json")}
+    recs = {p.relative_to(results / "bert_varlen" / "bert").as_posix(): read_record(p)
+            for p in (results / "bert_varlen" / "bert").glob("*/*.json")}
     assert len(recs) == 10
     status = {k: (r.status.value, r.reason) for k, r in recs.items()}
     for b in ("torch-eager", "reference"):
@@ -136,6 +139,23 @@ def test_workflow_end_to_end(workdir):
     assert status["absent/b3_l16.json"] == (
         "unavailable", "package 'nonexistent-framework' is not installed")
 
+    # every study ran every one of its systems, and each passed its correctness gate
+    expected = {
+        "bert_ablation": {f"bert/ladder-{i}" for i in range(5)},
+        "bert_variants": {f"{m}/{s}" for m in ("albert", "distilbert", "deberta")
+                          for s in ("torch-eager", "reference")},
+        "bert_mha": {"attention/varlen", "attention/padded-unfused", "attention/padded-sdpa"},
+        "bert_fused_ops": {f"{op}/{s}" for op in ("layernorm", "gemm_gelu")
+                           for s in ("fused", "unfused")},
+    }
+    for experiment, systems in expected.items():
+        found = {p.parent.relative_to(results / experiment).as_posix(): read_record(p)
+                 for p in (results / experiment).glob("*/*/b3_l16.json")}
+        assert set(found) == systems, experiment
+        assert all(r.status.value == "ok" and r.correctness["passed"] for r in found.values())
+        study = pd.read_csv(results / experiment / "table.csv")
+        assert len(study) == len(systems) and study.speedup_vs_padded.notna().all()
+
     # the tidy table: a row per record, speedups that are the ratio of the two medians
     table = pd.read_csv(results / "bert_varlen" / "table.csv")
     assert len(table) == 10
@@ -146,12 +166,17 @@ def test_workflow_end_to_end(workdir):
     assert eager.speedup_vs_padded == 1.0 and pd.isna(eager.speedup_ci_low)
     assert ref.total_tokens == sum(recs["reference/b3_l16.json"].workload["lengths"])
 
-    # the figure and the report
-    for suffix in ("png", "svg"):
-        assert (workdir / "reports" / "figures" / f"bert_varlen_latency.{suffix}").stat().st_size > 10_000
+    # a figure per experiment, and the report with a section per experiment
+    for experiment in ("bert_varlen", *expected):
+        for suffix in ("png", "svg"):
+            figure = workdir / "reports" / "figures" / f"{experiment}.{suffix}"
+            assert figure.stat().st_size > 10_000
     html = (workdir / "reports" / "index.html").read_text()
-    assert html.count("<td class=\"l\">reference</td>") == 2
-    assert html.count("<td class=\"l\">torch-eager</td>") == 2
+    for experiment in ("bert_varlen", *expected):
+        assert f'<h2 id="{experiment}">' in html
+    assert "+ fused MHA" in html and "padded-sdpa" in html and "deberta" in html
+    assert html.count('<td class="l">reference</td><td class="l">bert</td>') == 2
+    assert html.count('<td class="l">torch-eager</td><td class="l">bert</td>') == 2
     assert "deliberately broken kernel" in html
     assert "killed by signal 11" in html
     assert "nonexistent-framework" in html

@@ -27,13 +27,7 @@ def latency_figure(table: pd.DataFrame, paper: pd.DataFrame, out: Path) -> list[
         _paper_panel(row[2], paper[paper.batch_size == b], b)
     machine = ", ".join(sorted(ok.machine.dropna().unique())) or "this machine"
     fig.suptitle(f"BERT variable-length inference: padded vs padding-free on {machine}")
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    paths = [out.with_suffix(".png"), out.with_suffix(".svg")]
-    fig.savefig(paths[0], dpi=110)
-    fig.savefig(paths[1])
-    plt.close(fig)
-    return paths
+    return _save(fig, out)
 
 
 def _latency_panel(ax, here: pd.DataFrame, b: int) -> None:
@@ -84,3 +78,91 @@ def _paper_panel(ax, paper_b: pd.DataFrame, b: int) -> None:
 def _legend(ax) -> None:
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
+
+
+def bars_figure(table: pd.DataFrame, out: Path, title: str, order: list[str] | None = None,
+                label_of: dict[str, str] | None = None) -> list[Path]:
+    """One panel per (subject, batch, max length): median latency per system with IQR whiskers,
+    each bar labelled with its speedup over the experiment's baseline."""
+    ok = table[table.status == "ok"]
+    groups = list(ok.groupby(["subject", "batch_size", "max_seq_len"], sort=True))
+    fig, axes = plt.subplots(1, max(len(groups), 1), figsize=(3.6 * max(len(groups), 1) + 1, 4),
+                             squeeze=False, constrained_layout=True)
+    for ax, ((subject, b, s), g) in zip(axes[0], groups):
+        systems = [x for x in (order or sorted(g.baseline.unique())) if x in set(g.baseline)]
+        g = g.set_index("baseline").loc[systems]
+        x = range(len(systems))
+        err = [g.median_ms - g.q1_ms, g.q3_ms - g.median_ms]
+        ax.bar(x, g.median_ms, yerr=err, capsize=3, color="tab:blue")
+        for i, (name, row) in enumerate(g.iterrows()):
+            if pd.notna(row.speedup_vs_padded):
+                ax.annotate(f"{row.speedup_vs_padded:.2f}x", (i, row.median_ms),
+                            ha="center", va="bottom", fontsize=8, xytext=(0, 4),
+                            textcoords="offset points")
+        ax.set_xticks(list(x), [(label_of or {}).get(n, n) for n in systems], rotation=30,
+                      ha="right", fontsize=8)
+        ax.set(title=f"{subject}, batch {b}, max len {s}", ylabel="ms (median, IQR)")
+    if not groups:
+        axes[0][0].text(0.5, 0.5, "no successful runs", ha="center", va="center")
+    fig.suptitle(title)
+    return _save(fig, out)
+
+
+def mha_figure(table: pd.DataFrame, claims: pd.DataFrame, out: Path) -> list[Path]:
+    """Speedup over the padded unfused MHA per batch size vs max length, beside the attention
+    FLOP bound and the paper's fused-MHA claim."""
+    ok = table[table.status == "ok"]
+    batch_sizes = sorted(ok.batch_size.unique()) or [1]
+    claim = claims[claims.claim == "fused MHA speedup"]
+    fig, axes = plt.subplots(1, len(batch_sizes), figsize=(5.5 * len(batch_sizes), 4),
+                             squeeze=False, constrained_layout=True)
+    for ax, b in zip(axes[0], batch_sizes):
+        here = ok[ok.batch_size == b]
+        for name, g in here[here.baseline != "padded-unfused"].groupby("baseline"):
+            g = g.sort_values("max_seq_len")
+            ax.plot(g.max_seq_len, g.speedup_vs_padded, marker="o", label=name)
+            ax.fill_between(g.max_seq_len, g.speedup_ci_low, g.speedup_ci_high, alpha=0.2)
+        bounds = here.drop_duplicates("max_seq_len").sort_values("max_seq_len")
+        ax.plot(bounds.max_seq_len, bounds.attention_flop_bound, "k:", lw=1,
+                label="attention FLOP bound sum(L²)/sum(l²)")
+        for _, c in claim.iterrows():
+            ax.axhline(c.value, color="grey", ls="-.", lw=1,
+                       label=f"paper: {c.value:g}x vs {c.baseline} ({c.setting})")
+        ax.axhline(1.0, color="grey", lw=0.5)
+        ax.set(title=f"batch {b}: speedup over padded MHA (matmul+mask+softmax+matmul)",
+               xlabel="max sequence length", ylabel="speedup (x)")
+        _legend(ax)
+    fig.suptitle("Multi-head attention micro-benchmark")
+    return _save(fig, out)
+
+
+def _save(fig, out: Path) -> list[Path]:
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    paths = [out.with_suffix(".png"), out.with_suffix(".svg")]
+    fig.savefig(paths[0], dpi=110)
+    fig.savefig(paths[1])
+    plt.close(fig)
+    return paths
+
+
+def experiment_figure(experiment: str, table: pd.DataFrame, paper: pd.DataFrame,
+                      claims: pd.DataFrame, out: Path) -> list[Path]:
+    """The figure of one experiment's tidy table."""
+    from reference_impl import LADDER
+
+    if experiment == "bert_varlen":
+        return latency_figure(table, paper, out)
+    if experiment == "bert_mha":
+        return mha_figure(table, claims, out)
+    if experiment == "bert_ablation":
+        names = [f"ladder-{i}" for i in range(len(LADDER))]
+        return bars_figure(table, out, "Ablation: the paper's optimizations, one by one", names,
+                           {n: step for n, (step, _) in zip(names, LADDER)})
+    if experiment == "bert_variants":
+        return bars_figure(table, out, "BERT variants: padded HF vs padding-free reference",
+                           ["torch-eager", "reference"])
+    if experiment == "bert_fused_ops":
+        return bars_figure(table, out, "Fused epilogues vs their unfused torch form",
+                           ["unfused", "fused"])
+    raise ValueError(f"no figure for experiment {experiment!r}")

@@ -14,7 +14,8 @@ import pandas as pd
 from suite.records import Record, read_record
 from suite.stats import ratio_of_medians_ci
 
-POINT_KEYS = ["experiment", "machine", "config_hash", "batch_size", "max_seq_len",
+# Records that share these are the same workload point; speedups pair records across systems.
+POINT_KEYS = ["experiment", "machine", "config_hash", "subject", "batch_size", "max_seq_len",
               "distribution", "dtype"]
 
 
@@ -25,6 +26,7 @@ def record_row(rec: Record, path: Path | None = None) -> dict:
     d, c, w = rec.derived, rec.correctness, rec.workload
     return {
         "experiment": rec.experiment, "baseline": rec.baseline, **rec.point,
+        "subject": rec.point.get("model") or rec.point.get("op") or rec.point.get("subject"),
         "status": rec.status.value, "reason": rec.reason,
         "machine": rec.env.get("machine"), "config_hash": rec.config_hash,
         "padding_free": d.get("padding_free"),
@@ -38,6 +40,7 @@ def record_row(rec: Record, path: Path | None = None) -> dict:
         "pct_of_measured_peak": d.get("pct_of_measured_peak"),
         "pct_of_datasheet_peak": d.get("pct_of_datasheet_peak"),
         "peak_note": d.get("peak_note"),
+        "min_gbytes_per_s": d["min_bytes_per_s"] / 1e9 if "min_bytes_per_s" in d else None,
         "max_abs_err": c.get("max_abs_err"), "max_rel_err": c.get("max_rel_err"),
         "threads": rec.timing.get("threads"), "device": rec.timing.get("device"),
         "git_commit": rec.env.get("git", {}).get("commit"), "created_at": rec.created_at,

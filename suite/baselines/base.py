@@ -27,7 +27,7 @@ class Supports:
 class Baseline(ABC):
     name: ClassVar[str]
     description: ClassVar[str]
-    padding_free: ClassVar[bool] = False
+    padding_free: bool = False  # computes on valid tokens only (an instance may override)
     supports: ClassVar[Supports] = Supports()
 
     def available(self) -> tuple[bool, str]:

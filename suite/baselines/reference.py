@@ -2,21 +2,33 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import torch
 
-from reference_impl import PaddingFreeBert
+from reference_impl import PaddingFreeBert, Switches
 from suite.baselines.base import Baseline
+from suite.models import uses_token_types
 from suite.workloads import BertBatch
 
 
 class Reference(Baseline):
     name = "reference"
-    description = "reference_impl.PaddingFreeBert: GEMMs on valid tokens only, varlen attention"
+    description = "reference_impl.PaddingFreeBert: GEMMs on valid tokens only, fused kernels"
     padding_free = True
 
+    def __init__(self, **switches) -> None:
+        self.switches = Switches(**switches)
+        self.padding_free = self.switches.padding_free
+
     def prepare(self, model: torch.nn.Module, device: torch.device, dtype: torch.dtype) -> None:
-        self.model = PaddingFreeBert.from_hf(model).to(device, dtype)
+        self.token_types = uses_token_types(model)
+        self.model = PaddingFreeBert.from_hf(model, **asdict(self.switches)).to(device, dtype)
 
     @torch.inference_mode()
     def run(self, batch: BertBatch) -> torch.Tensor:
-        return self.model(batch.input_ids, batch.attention_mask, batch.token_type_ids)
+        types = batch.token_type_ids if self.token_types else None
+        return self.model(batch.input_ids, batch.attention_mask, types)
+
+    def details(self) -> dict:
+        return {"switches": asdict(self.switches), "model": type(self.model).__name__}

@@ -1,32 +1,57 @@
-"""Variable-length BERT inference: one (baseline, batch size, max length) point -> one record.
+"""End-to-end BERT-family inference: one (system, batch size, max length) point -> one record.
+
+Three experiments share this runner:
+
+- ``bert_varlen``: registered baselines (frameworks) on BERT-base;
+- ``bert_ablation``: the reference with the paper's optimizations turned on step by step
+  (``reference_impl.LADDER``; baseline ``ladder-N`` is step N);
+- ``bert_variants``: ALBERT, DistilBERT, DeBERTa, padded HF against padding-free.
 
 Flow of one point: lengths -> padded batch -> canonical HF model -> float64 reference output ->
-the baseline prepares its system -> correctness gate -> timing -> statistics and derived metrics.
+the system prepares itself -> correctness gate -> timing -> statistics and derived metrics.
 """
 
 from __future__ import annotations
 
+import copy
 import sys
 import traceback
+from dataclasses import asdict
 from datetime import datetime, timezone
 from typing import Any
 
 import torch
 
+from reference_impl import LADDER
 from suite import env as envmod
-from suite.baselines import registry
+from suite.baselines import Baseline, registry
+from suite.baselines.reference import Reference
 from suite.config import BertVarlenConfig
 from suite.correctness import compare
 from suite.mfu import bert_encoder_flops
-from suite.models import canonical_bert
+from suite.models import KINDS, canonical_model, hf_inputs
 from suite.records import Record, Status
 from suite.stats import summarize
 from suite.timing import measure, timer_name
-from suite.workloads import bert_batch, flop_bounds, varlen_lengths
+from suite.workloads import BertBatch, bert_batch, flop_bounds, varlen_lengths
 
-EXPERIMENT = "bert_varlen"
+EXPERIMENTS = ("bert_varlen", "bert_ablation", "bert_variants")
 TASK = "bert-encoder"
 TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def ladder_name(step: int) -> str:
+    return f"ladder-{step}"
+
+
+def make_system(experiment: str, baseline: str) -> Baseline:
+    """The system under test: a registered baseline, or a step of the reference's ladder."""
+    if experiment == "bert_ablation":
+        steps = [ladder_name(i) for i in range(len(LADDER))]
+        if baseline not in steps:
+            raise KeyError(f"bert_ablation baseline {baseline!r} is not one of {steps}")
+        return Reference(**asdict(LADDER[steps.index(baseline)][1]))
+    return registry.create(baseline)
 
 
 class Unavailable(RuntimeError):
@@ -41,19 +66,29 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def point_dict(cfg: BertVarlenConfig, batch_size: int, max_seq_len: int) -> dict[str, Any]:
-    return {"batch_size": batch_size, "max_seq_len": max_seq_len,
+def point_dict(cfg: BertVarlenConfig, batch_size: int, max_seq_len: int,
+               model_kind: str = "bert") -> dict[str, Any]:
+    return {"batch_size": batch_size, "max_seq_len": max_seq_len, "model": model_kind,
             "distribution": cfg.distribution, "seed": cfg.seed, "dtype": cfg.dtype}
 
 
 def run_point(cfg: BertVarlenConfig, baseline: str, batch_size: int, max_seq_len: int,
-              peak: dict[str, Any] | None = None, show_progress: bool = True) -> Record:
-    """Measure one point. Never raises for a problem of the baseline: the record says it."""
-    record = Record(EXPERIMENT, baseline, point_dict(cfg, batch_size, max_seq_len),
-                    cfg.to_dict(), Status.FAILED,
+              peak: dict[str, Any] | None = None, show_progress: bool = True, *,
+              experiment: str = "bert_varlen", model_kind: str = "bert") -> Record:
+    """Measure one point. Never raises for a problem of the system: the record says it."""
+    if experiment not in EXPERIMENTS:
+        raise ValueError(f"experiment {experiment!r} is not one of {EXPERIMENTS}")
+    if model_kind not in KINDS:
+        raise ValueError(f"model kind {model_kind!r} is not one of {KINDS}")
+    point = point_dict(cfg, batch_size, max_seq_len, model_kind)
+    if experiment == "bert_ablation" and baseline.startswith("ladder-"):
+        step = int(baseline.removeprefix("ladder-"))
+        point["step"] = LADDER[step][0] if 0 <= step < len(LADDER) else "?"
+    record = Record(experiment, baseline, point, cfg.to_dict(), Status.FAILED,
                     created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     try:
-        _run(record, cfg, baseline, batch_size, max_seq_len, peak, show_progress)
+        _run(record, cfg, make_system(experiment, baseline), batch_size, max_seq_len, peak,
+             show_progress, model_kind)
     except Unavailable as e:
         record.status, record.reason = Status.UNAVAILABLE, str(e)
     except Exception as e:  # noqa: BLE001 - any error of a run becomes a failed record
@@ -65,8 +100,9 @@ def run_point(cfg: BertVarlenConfig, baseline: str, batch_size: int, max_seq_len
     return record
 
 
-def _run(record: Record, cfg: BertVarlenConfig, baseline: str, batch_size: int,
-         max_seq_len: int, peak: dict[str, Any] | None, show_progress: bool) -> None:
+def _run(record: Record, cfg: BertVarlenConfig, system: Baseline, batch_size: int,
+         max_seq_len: int, peak: dict[str, Any] | None, show_progress: bool,
+         model_kind: str) -> None:
     threads = cfg.threads or envmod.usable_cores()
     torch.set_num_threads(threads)
     lengths = varlen_lengths(batch_size, max_seq_len, cfg.distribution, seed=cfg.seed)
@@ -75,13 +111,12 @@ def _run(record: Record, cfg: BertVarlenConfig, baseline: str, batch_size: int,
                        "padded_tokens": batch_size * max_seq_len,
                        **flop_bounds(lengths, max_seq_len)}
 
-    system = registry.create(baseline)
     device = resolve_device(cfg.device)
     ok, why = system.can_run(TASK, device.type, cfg.dtype)
     if not ok:
         raise Unavailable(why)
 
-    model = canonical_bert(cfg.model, max(cfg.max_seq_lens), seed=cfg.seed)
+    model = canonical_model(model_kind, cfg.model, cfg.max_len, seed=cfg.seed)
     reference = _reference_output(model, batch, device)
     system.prepare(model, device, TORCH_DTYPES[cfg.dtype])
     dev_batch = batch.to(device)
@@ -92,45 +127,57 @@ def _run(record: Record, cfg: BertVarlenConfig, baseline: str, batch_size: int,
         record.status, record.reason = Status.INCORRECT, check["reason"]
         return
 
-    progress = _progress_printer(baseline, batch_size, max_seq_len) if show_progress else None
+    label = f"{record.baseline} {model_kind} b={batch_size} L={max_seq_len}"
+    progress = _progress_printer(label) if show_progress else None
     samples = measure(lambda: system.run(dev_batch), device, cfg.timing, progress)
     stats = summarize(samples)
     record.timing = {"unit": "s", "timer": timer_name(device), "threads": threads,
                      "device": str(device), "policy": cfg.timing.as_dict(),
                      "samples": samples, "stats": stats}
-    record.derived = {**derived_metrics(cfg, lengths, max_seq_len, stats["median"],
+    record.derived = {**derived_metrics(cfg, model, lengths, max_seq_len, stats["median"],
                                         system.padding_free, device, peak),
                       "system": system.details()}
     record.status, record.reason = Status.OK, ""
 
 
 @torch.inference_mode()
-def _reference_output(model: torch.nn.Module, batch, device: torch.device) -> torch.Tensor:
+def _reference_output(model: torch.nn.Module, batch: BertBatch,
+                      device: torch.device) -> torch.Tensor:
     """The oracle: HF eager in float64, each sequence run alone with no padding at all, so the
-    check also catches a baseline whose padding leaks into valid positions."""
-    import copy
-
+    check also catches a system whose padding leaks into valid positions."""
     ref_device = device if device.type == "cuda" else torch.device("cpu")
     ref = copy.deepcopy(model).to(ref_device, torch.float64)
     b = batch.to(ref_device)
-    out = torch.zeros(*b.input_ids.shape, model.config.hidden_size, dtype=torch.float64)
+    out = torch.zeros(*b.input_ids.shape, _hidden_size(model.config), dtype=torch.float64)
     for i, n in enumerate(b.lengths):
         if n == 0:
             continue
-        hidden = ref(input_ids=b.input_ids[i:i + 1, :n],
-                     attention_mask=b.attention_mask[i:i + 1, :n],
-                     token_type_ids=b.token_type_ids[i:i + 1, :n]).last_hidden_state
-        out[i, :n] = hidden[0].cpu()
+        inputs = hf_inputs(ref, b.input_ids[i:i + 1, :n], b.attention_mask[i:i + 1, :n],
+                           b.token_type_ids[i:i + 1, :n])
+        out[i, :n] = ref(**inputs).last_hidden_state[0].cpu()
     return out
 
 
-def derived_metrics(cfg: BertVarlenConfig, lengths: list[int], max_seq_len: int,
-                    median_s: float, padding_free: bool, device: torch.device,
-                    peak: dict[str, Any] | None) -> dict[str, Any]:
-    dims = cfg.model
-    useful = bert_encoder_flops(dims.layers, dims.hidden, dims.intermediate, lengths)
-    padded = bert_encoder_flops(dims.layers, dims.hidden, dims.intermediate,
-                                [max_seq_len] * len(lengths))
+def _hidden_size(config) -> int:
+    return getattr(config, "hidden_size", None) or config.dim  # DistilBERT calls it dim
+
+
+def encoder_shape(model: torch.nn.Module) -> tuple[int, int, int]:
+    """(layers, hidden, intermediate) of any of the canonical HF encoders."""
+    c = model.config
+    if hasattr(c, "n_layers"):  # DistilBERT
+        return c.n_layers, c.dim, c.hidden_dim
+    return c.num_hidden_layers, c.hidden_size, c.intermediate_size
+
+
+def derived_metrics(cfg: BertVarlenConfig, model: torch.nn.Module, lengths: list[int],
+                    max_seq_len: int, median_s: float, padding_free: bool,
+                    device: torch.device, peak: dict[str, Any] | None) -> dict[str, Any]:
+    """Matmul FLOPs of the encoder layers (embeddings and DeBERTa's relative-position terms are
+    left out, so for DeBERTa the efficiency figures are a lower bound)."""
+    n_layers, hidden, inter = encoder_shape(model)  # ALBERT: depth, its layers being shared
+    useful = bert_encoder_flops(n_layers, hidden, inter, lengths)
+    padded = bert_encoder_flops(n_layers, hidden, inter, [max_seq_len] * len(lengths))
     out: dict[str, Any] = {
         "latency_ms": median_s * 1e3,
         "tokens_per_s": sum(lengths) / median_s,
@@ -163,9 +210,8 @@ def peak_fractions(flops_per_s: float, dtype: str, device: torch.device,
     }
 
 
-def _progress_printer(baseline: str, batch_size: int, max_seq_len: int):
+def _progress_printer(label: str):
     def show(n: int) -> None:
         if n == 1 or n % 10 == 0:
-            print(f"[{baseline} b={batch_size} L={max_seq_len}] sample {n}", file=sys.stderr,
-                  flush=True)
+            print(f"[{label}] sample {n}", file=sys.stderr, flush=True)
     return show

@@ -1,40 +1,39 @@
-# Variable-length BERT inference: one job per (baseline, batch size, max length).
+# The ByteTransformer family: one job per (experiment, subject, system, batch size, max length).
+# Which jobs a config asks for is decided in suite.experiments.plan.
+from suite.experiments.plan import jobs, speedup_baseline
+
+BERT_JOBS = jobs(BERT)
 
 
-def bert_varlen_records(wildcards=None):
-    if not BERT.enabled:
-        return []
-    return [
-        f"{RESULTS}/bert_varlen/{baseline}/b{batch}_l{max_len}.json"
-        for baseline in BERT.baselines
-        for batch, max_len in BERT.points()
-    ]
+def bert_records(wildcards):
+    return [job.path(RESULTS) for job in BERT_JOBS[wildcards.experiment]]
 
 
-rule bert_varlen_point:
+rule bert_point:
     input:
         peak=rules.peak.output[0],
     output:
-        f"{RESULTS}/bert_varlen/{{baseline}}/b{{batch}}_l{{max_len}}.json",
+        f"{RESULTS}/{{experiment}}/{{subject}}/{{baseline}}/b{{batch}}_l{{max_len}}.json",
     log:
-        f"{RESULTS}/logs/bert_varlen/{{baseline}}_b{{batch}}_l{{max_len}}.log",
+        f"{RESULTS}/logs/{{experiment}}/{{subject}}_{{baseline}}_b{{batch}}_l{{max_len}}.log",
     params:
         section=json.dumps(BERT.to_dict(), sort_keys=True),
     threads: TIMED_THREADS
     shell:
-        "seedbench run bert_varlen --baseline {wildcards.baseline}"
+        "seedbench run {wildcards.experiment} --subject {wildcards.subject}"
+        " --baseline {wildcards.baseline}"
         " --batch-size {wildcards.batch} --max-seq-len {wildcards.max_len}"
         " --section-json {params.section:q} --peak {input.peak} --out {output} 2> {log}"
 
 
-rule bert_varlen_table:
+rule bert_table:
     input:
-        bert_varlen_records,
+        bert_records,
     output:
-        f"{RESULTS}/bert_varlen/table.csv",
+        f"{RESULTS}/{{experiment}}/table.csv",
     log:
-        f"{RESULTS}/logs/bert_varlen/table.log",
+        f"{RESULTS}/logs/{{experiment}}/table.log",
     params:
-        padded=BERT.padded_baseline,
+        padded=lambda wildcards: speedup_baseline(BERT, wildcards.experiment),
     shell:
         "seedbench table {input} --padded-baseline {params.padded} --out {output} 2> {log}"

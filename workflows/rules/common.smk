@@ -35,4 +35,6 @@ except (suite_config.ConfigError, KeyError) as e:
 wildcard_constraints:
     baseline=r"[a-z0-9][a-z0-9_-]*",
     batch=r"\d+",
+    experiment=r"bert_[a-z_]+",
+    subject=r"[a-z0-9_]+",
     max_len=r"\d+",

@@ -1,41 +1,42 @@
 # Tidy tables -> figures -> reports/index.html (figures also registered for snakemake --report).
 
 
-rule bert_varlen_figure:
+rule figure:
     input:
-        table=rules.bert_varlen_table.output[0],
+        table=f"{RESULTS}/{{experiment}}/table.csv",
         paper="results/paper/bytetransformer_readme_a100_fp16_latency.csv",
+        claims="results/paper/bytetransformer_abstract_claims.csv",
     output:
         png=report(
-            f"{REPORTS}/figures/bert_varlen_latency.png",
-            caption="../report/bert_varlen_latency.rst",
-            category="BERT variable-length inference",
+            f"{REPORTS}/figures/{{experiment}}.png",
+            caption="../report/figure.rst",
+            category="ByteTransformer",
+            subcategory="{experiment}",
         ),
-        svg=f"{REPORTS}/figures/bert_varlen_latency.svg",
+        svg=f"{REPORTS}/figures/{{experiment}}.svg",
     log:
-        f"{RESULTS}/logs/bert_varlen/figure.log",
+        f"{RESULTS}/logs/{{experiment}}/figure.log",
     params:
         stem=lambda wildcards, output: output.svg.removesuffix(".svg"),
     shell:
-        "seedbench plot --table {input.table} --paper {input.paper}"
-        " --out {params.stem} 2> {log}"
+        "seedbench plot {wildcards.experiment} --table {input.table} --paper {input.paper}"
+        " --claims {input.claims} --out {params.stem} 2> {log}"
 
 
 rule report_html:
     input:
-        table=rules.bert_varlen_table.output[0],
-        figure=rules.bert_varlen_figure.output.svg,
+        tables=expand(f"{RESULTS}/{{experiment}}/table.csv", experiment=BERT_JOBS),
+        figures=expand(f"{REPORTS}/figures/{{experiment}}.svg", experiment=BERT_JOBS),
         peak=rules.peak.output[0],
     output:
-        report(
-            REPORT_HTML,
-            caption="../report/index.rst",
-            category="HTML report",
-        ),
+        report(REPORT_HTML, caption="../report/index.rst", category="HTML report"),
     log:
         f"{RESULTS}/logs/report.log",
     params:
+        sections=lambda wildcards, input: " ".join(
+            f"--section {e} {t} {f}" for e, t, f in zip(BERT_JOBS, input.tables, input.figures)
+        ),
         config=" ".join(f"--config {f}" for f in workflow.configfiles[-1:]),
     shell:
-        "seedbench report --table {input.table} --figure {input.figure} --peak {input.peak}"
-        " {params.config} --out {output} 2> {log}"
+        "seedbench report {params.sections} --peak {input.peak} {params.config}"
+        " --out {output} 2> {log}"

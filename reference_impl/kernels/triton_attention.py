@@ -1,0 +1,227 @@
+"""Fused varlen multi-head attention in Triton, on the packed (padding-free) layout.
+
+Why: the torch path runs one SDPA call per sequence, so a BERT batch costs B launches and every
+launch sees one ragged length. Here one launch covers the whole batch: each program finds its own
+sequence through ``cu_seqlens``, so no compute or memory goes to padding and nothing of size
+S x S ever reaches global memory (softmax is done on chip with running max and sum, fp32).
+
+Two variants, after ByteTransformer's split between a short-sequence fused MHA and a long one:
+
+* ``short``: the whole K and V of a sequence is loaded on chip once and softmax is done in one
+  pass (no loop over key blocks, no rescaling).
+* ``long``: FlashAttention-style loop over key blocks with an online softmax.
+
+Signature and layout follow FlashAttention's varlen API and ``attention.varlen_attention``.
+Tensors on CPU only work under ``TRITON_INTERPRET=1``, which is how the tests run.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+VARIANTS = ("auto", "short", "long")
+
+SHORT_SEQ_MAX = 256
+"""``variant="auto"`` picks ``short`` when ``max_seqlen <= SHORT_SEQ_MAX``, else ``long``.
+
+The short variant holds a ``BLOCK_N x head_dim`` tile of K and of V (``BLOCK_N`` = the next power
+of two >= max_seqlen) plus a ``BLOCK_M x BLOCK_N`` fp32 score tile on chip at once. At 256 keys and
+head_dim 128 in fp16 that is 2 x 64 KiB of K/V in shared memory and a 64 x 256 fp32 score tile in
+registers, about what one SM holds; longer sequences would spill registers or not fit in shared
+memory, so beyond this the long variant's fixed-size key blocks win. The value is not tuned on a
+GPU yet (no device was available when it was written); re-measure before relying on the crossover.
+"""
+
+BLOCK_M = 64  # query rows per program, both variants
+LONG_BLOCK_N = 64  # keys per step of the long variant's loop
+MAX_HEAD_DIM = 128  # head_dim is padded to a power of two (>= 16) on chip; 128 keeps tiles small
+
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+_LOG2E = 1.4426950408889634  # softmax in base 2: exp(x) = exp2(x * log2(e)), exp2 is the fast op
+
+
+@triton.jit
+def _dot(a, b, UPCAST: tl.constexpr):
+    # UPCAST is set only under the interpreter for bfloat16, whose tl.dot multiplies the raw
+    # uint16 bit patterns (triton-lang/triton#11584); the GPU does bf16 x bf16 -> fp32 natively.
+    if UPCAST:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32))
+    else:
+        return tl.dot(a, b)
+
+
+@triton.jit
+def _scores(q, k, offs_m, offs_n, seq_len, qk_scale, CAUSAL: tl.constexpr, UPCAST: tl.constexpr):
+    # (BLOCK_M, BLOCK_N) scores in log2 units; keys past the sequence (or, causal, after the
+    # query) get -inf so that exp2 turns them into exactly 0.
+    s = _dot(q, tl.trans(k), UPCAST) * qk_scale
+    keep = (offs_n < seq_len)[None, :]
+    if CAUSAL:
+        keep = keep & (offs_n[None, :] <= offs_m[:, None])
+    return tl.where(keep, s, float("-inf"))
+
+
+@triton.jit
+def _varlen_attention_kernel(
+    Q, K, V, Out, cu_seqlens, qk_scale,  # qk_scale = softmax_scale * log2(e)
+    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr, SINGLE_PASS: tl.constexpr, UPCAST_DOT: tl.constexpr,
+):
+    block_m = tl.program_id(0)
+    head = tl.program_id(1)
+    seq = tl.program_id(2)
+    seq_start = tl.load(cu_seqlens + seq)
+    seq_len = tl.load(cu_seqlens + seq + 1) - seq_start
+    if block_m * BLOCK_M >= seq_len:  # this query block lies past the sequence (or it is empty)
+        return
+
+    # This (sequence, head)'s slice of each tensor; int64 since token * stride may pass 2^31.
+    q_base = Q + seq_start.to(tl.int64) * stride_qt + head * stride_qh
+    k_base = K + seq_start.to(tl.int64) * stride_kt + head * stride_kh
+    v_base = V + seq_start.to(tl.int64) * stride_vt + head * stride_vh
+    o_base = Out + seq_start.to(tl.int64) * stride_ot + head * stride_oh
+
+    offs_m = block_m * BLOCK_M + tl.arange(0, BLOCK_M)  # query positions within the sequence
+    offs_d = tl.arange(0, BLOCK_D)  # head_dim padded to a power of two, the pad masked off
+    m_mask = (offs_m < seq_len)[:, None] & (offs_d < HEAD_DIM)[None, :]
+    q = tl.load(q_base + offs_m[:, None] * stride_qt + offs_d[None, :], mask=m_mask, other=0.0)
+
+    # Every live row keeps at least key 0 unmasked (causal: 0 <= query position), so the row
+    # max is finite from the first key block on and no row ever computes -inf - -inf.
+    if SINGLE_PASS:
+        # short: all keys of the sequence in one tile, plain (not online) softmax.
+        offs_n = tl.arange(0, BLOCK_N)
+        n_mask = (offs_n < seq_len)[:, None] & (offs_d < HEAD_DIM)[None, :]
+        k = tl.load(k_base + offs_n[:, None] * stride_kt + offs_d[None, :], mask=n_mask, other=0.0)
+        v = tl.load(v_base + offs_n[:, None] * stride_vt + offs_d[None, :], mask=n_mask, other=0.0)
+        s = _scores(q, k, offs_m, offs_n, seq_len, qk_scale, CAUSAL, UPCAST_DOT)
+        p = tl.exp2(s - tl.max(s, axis=1)[:, None])
+        l_i = tl.sum(p, axis=1)
+        acc = _dot(p.to(v.dtype), v, UPCAST_DOT)
+    else:
+        # long: key blocks of BLOCK_N; m_i is the running row max, l_i the running row sum of
+        # exp2(s - m_i), acc the running sum of exp2(s - m_i) @ v. When the max grows, the old
+        # l_i and acc are rescaled by exp2(m_old - m_new).
+        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+        kv_end = seq_len
+        if CAUSAL:  # keys after the block's last query are masked for every row: skip them
+            kv_end = tl.minimum(seq_len, (block_m + 1) * BLOCK_M)
+        for start_n in range(0, kv_end, BLOCK_N):
+            offs_n = start_n + tl.arange(0, BLOCK_N)
+            n_mask = (offs_n < seq_len)[:, None] & (offs_d < HEAD_DIM)[None, :]
+            k = tl.load(k_base + offs_n[:, None] * stride_kt + offs_d[None, :], n_mask, other=0.0)
+            v = tl.load(v_base + offs_n[:, None] * stride_vt + offs_d[None, :], n_mask, other=0.0)
+            s = _scores(q, k, offs_m, offs_n, seq_len, qk_scale, CAUSAL, UPCAST_DOT)
+            m_new = tl.maximum(m_i, tl.max(s, axis=1))
+            alpha = tl.exp2(m_i - m_new)  # 0 on the first block (m_i = -inf)
+            p = tl.exp2(s - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+            acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, UPCAST_DOT)
+            m_i = m_new
+
+    out = acc / l_i[:, None]
+    o_ptrs = o_base + offs_m[:, None] * stride_ot + offs_d[None, :]
+    tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=m_mask)
+
+
+# The decorator returns an InterpretedFunction instead of a JITFunction under TRITON_INTERPRET=1.
+_INTERPRETED = not isinstance(_varlen_attention_kernel, triton.JITFunction)
+
+
+def choose_variant(max_seqlen: int) -> str:
+    """The ``auto`` rule: ``short`` up to ``SHORT_SEQ_MAX`` keys, ``long`` beyond."""
+    return "short" if max_seqlen <= SHORT_SEQ_MAX else "long"
+
+
+def triton_varlen_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    max_seqlen: int,
+    *,
+    causal: bool = False,
+    softmax_scale: float | None = None,
+    variant: str = "auto",
+) -> torch.Tensor:
+    """softmax(q k^T * scale) v of each sequence with itself, ``(total_tokens, heads, head_dim)``.
+
+    ``q``, ``k``, ``v``: packed ``(total_tokens, heads, head_dim)``, fp16, bf16 or fp32, one dtype.
+    Strided views (e.g. slices of a fused QKV tensor) are used as they are when the last dim is
+    contiguous. ``cu_seqlens``: int32 ``(B + 1,)`` prefix sums of the lengths, on the same device;
+    ``cu_seqlens[-1]`` must equal ``total_tokens`` and ``max_seqlen`` must be at least the longest
+    length (neither is checked: that would cost a device-to-host sync per call). ``causal`` masks
+    keys after the query, positions counted from each sequence's start. ``softmax_scale`` defaults
+    to ``1 / sqrt(head_dim)``. ``variant``: ``"short"``, ``"long"`` or ``"auto"`` (see
+    ``SHORT_SEQ_MAX``); ``"short"`` is not refused above it, but its tiles may then not fit on a
+    GPU. With fp32 inputs on a GPU the products run in TF32, Triton's default.
+    """
+    if variant not in VARIANTS:
+        raise ValueError(f"variant={variant!r} is not one of {VARIANTS}")
+    if q.dim() != 3 or q.shape != k.shape or q.shape != v.shape:
+        raise ValueError(
+            f"q, k, v must share one (total_tokens, heads, head_dim) shape; got "
+            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    if not (q.dtype == k.dtype == v.dtype) or q.dtype not in _DTYPES:
+        raise ValueError(
+            f"q, k, v must share one dtype out of {_DTYPES}; got {q.dtype}, {k.dtype}, {v.dtype}"
+        )
+    total_tokens, heads, head_dim = q.shape
+    if not 1 <= head_dim <= MAX_HEAD_DIM:
+        raise ValueError(f"head_dim={head_dim} is not supported: must be in 1..{MAX_HEAD_DIM}")
+    if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 1 or cu_seqlens.dtype != torch.int32:
+        raise ValueError(
+            f"cu_seqlens must be a 1-D int32 tensor of B + 1 prefix sums; got shape "
+            f"{tuple(cu_seqlens.shape)}, dtype {cu_seqlens.dtype}"
+        )
+    max_seqlen = int(max_seqlen)
+    if max_seqlen < 0:
+        raise ValueError(f"max_seqlen={max_seqlen} must be >= 0")
+    _check_device(q, k, v, cu_seqlens)
+
+    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    batch = cu_seqlens.numel() - 1
+    if total_tokens == 0 or batch == 0 or max_seqlen == 0 or heads == 0:
+        return out
+
+    if variant == "auto":
+        variant = choose_variant(max_seqlen)
+    if variant == "short":
+        block_n = max(16, triton.next_power_of_2(max_seqlen))  # tl.dot needs every dim >= 16
+    else:
+        block_n = LONG_BLOCK_N
+    if softmax_scale is None:
+        softmax_scale = 1.0 / math.sqrt(head_dim)
+
+    grid = (triton.cdiv(max_seqlen, BLOCK_M), heads, batch)
+    _varlen_attention_kernel[grid](
+        q, k, v, out, cu_seqlens, float(softmax_scale) * _LOG2E,
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1),
+        v.stride(0), v.stride(1), out.stride(0), out.stride(1),
+        HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
+        BLOCK_M=BLOCK_M, BLOCK_N=block_n, CAUSAL=bool(causal), SINGLE_PASS=variant == "short",
+        UPCAST_DOT=_INTERPRETED and q.dtype == torch.bfloat16,
+        num_warps=8 if block_n >= 128 else 4,
+    )
+    return out
+
+
+def _check_device(*tensors: torch.Tensor) -> None:
+    devices = {t.device for t in tensors}
+    if len(devices) != 1:
+        raise ValueError(f"all tensors must be on one device; got {sorted(map(str, devices))}")
+    device = devices.pop()
+    if device.type != "cuda" and not _INTERPRETED:
+        raise RuntimeError(
+            f"Triton kernels need CUDA tensors, got device {device}; CPU tensors work only when "
+            f"TRITON_INTERPRET=1 is set before triton is imported"
+        )
