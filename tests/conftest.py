@@ -1,3 +1,12 @@
+import os
+
+import torch
+
+# Triton kernels run on CPU tensors through the interpreter; it must be on before any kernel
+# module is imported (the decorator picks interpreted or compiled at import).
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 import pytest
 
 from suite.config import BertVarlenConfig

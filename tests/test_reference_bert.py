@@ -197,3 +197,20 @@ def test_length_buckets_cover_every_sequence_within_the_waste_bound(lengths):
         longest = max(lengths[i] for i in b)
         assert longest ** 2 * len(b) <= (1 + BUCKET_WASTE) * sum(lengths[i] ** 2 for i in b)
     assert len(length_buckets([100] * 16)) == 1  # equal lengths: one batched call
+
+
+@pytest.mark.parametrize("padding_free", [True, False])
+def test_triton_backend_end_to_end(padding_free):
+    """The GPU path of the whole model (Triton attention, LayerNorm and GELU kernels), run by
+    Triton's interpreter on CPU, against HF."""
+    pytest.importorskip("triton")
+    hf = canonical_bert(BertDims(**TINY_MODEL), max_position=16, seed=0)
+    ours = PaddingFreeBert.from_hf(hf, backend="triton", padding_free=padding_free)
+    batch = bert_batch([5, 0, 16, 1, 9], 16, TINY_MODEL["vocab_size"], seed=4)
+    with torch.inference_mode():
+        expected = hf(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                      token_type_ids=batch.token_type_ids).last_hidden_state
+        got = ours(batch.input_ids, batch.attention_mask, batch.token_type_ids)
+    valid = batch.attention_mask.bool()
+    torch.testing.assert_close(got[valid], expected[valid], rtol=0, atol=2e-5)
+    assert (got[~valid] == 0).all()
