@@ -23,6 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
+from reference_impl.kernels.triton_common import check_device, is_interpreted
+
 VARIANTS = ("auto", "short", "long")
 
 SHORT_SEQ_MAX = 256
@@ -131,8 +133,7 @@ def _varlen_attention_kernel(
     tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=m_mask)
 
 
-# The decorator returns an InterpretedFunction instead of a JITFunction under TRITON_INTERPRET=1.
-_INTERPRETED = not isinstance(_varlen_attention_kernel, triton.JITFunction)
+_INTERPRETED = is_interpreted(_varlen_attention_kernel)
 
 
 def choose_variant(max_seqlen: int) -> str:
@@ -185,7 +186,7 @@ def triton_varlen_attention(
     max_seqlen = int(max_seqlen)
     if max_seqlen < 0:
         raise ValueError(f"max_seqlen={max_seqlen} must be >= 0")
-    _check_device(q, k, v, cu_seqlens)
+    check_device(_INTERPRETED, q, k, v, cu_seqlens)
 
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -213,15 +214,3 @@ def triton_varlen_attention(
         num_warps=8 if block_n >= 128 else 4,
     )
     return out
-
-
-def _check_device(*tensors: torch.Tensor) -> None:
-    devices = {t.device for t in tensors}
-    if len(devices) != 1:
-        raise ValueError(f"all tensors must be on one device; got {sorted(map(str, devices))}")
-    device = devices.pop()
-    if device.type != "cuda" and not _INTERPRETED:
-        raise RuntimeError(
-            f"Triton kernels need CUDA tensors, got device {device}; CPU tensors work only when "
-            f"TRITON_INTERPRET=1 is set before triton is imported"
-        )

@@ -15,6 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
+from reference_impl.kernels.triton_common import check_device, is_interpreted
+
 APPROXIMATIONS = ("none", "tanh")
 BLOCK_N_MAX = 1024  # columns per program; a row wider than this is split over programs
 
@@ -36,7 +38,7 @@ def _bias_gelu_kernel(X, Bias, Y, stride_x, stride_y, n_cols,
     tl.store(Y + row * stride_y + cols, y.to(Y.dtype.element_ty), mask=ok)
 
 
-_INTERPRETED = not isinstance(_bias_gelu_kernel, triton.JITFunction)
+_INTERPRETED = is_interpreted(_bias_gelu_kernel)
 
 
 def triton_bias_gelu(
@@ -52,7 +54,7 @@ def triton_bias_gelu(
     if x.dim() < 1 or bias.shape != x.shape[-1:]:
         raise ValueError(f"bias must have shape ({x.shape[-1] if x.dim() else '?'},) to match x "
                          f"{tuple(x.shape)}; got {tuple(bias.shape)}")
-    _check_device(x, bias)
+    check_device(_INTERPRETED, x, bias)
 
     n_cols = x.shape[-1]
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
@@ -68,15 +70,3 @@ def triton_bias_gelu(
         TANH=approximate == "tanh", BLOCK_N=block_n, num_warps=4,
     )
     return y
-
-
-def _check_device(*tensors: torch.Tensor) -> None:
-    devices = {t.device for t in tensors}
-    if len(devices) != 1:
-        raise ValueError(f"all tensors must be on one device; got {sorted(map(str, devices))}")
-    device = devices.pop()
-    if device.type != "cuda" and not _INTERPRETED:
-        raise RuntimeError(
-            f"Triton kernels need CUDA tensors, got device {device}; CPU tensors work only when "
-            f"TRITON_INTERPRET=1 is set before triton is imported"
-        )

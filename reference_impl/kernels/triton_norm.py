@@ -12,6 +12,8 @@ import torch
 import triton
 import triton.language as tl
 
+from reference_impl.kernels.triton_common import check_device, is_interpreted
+
 MAX_ROW_BYTES = 65536  # one program holds a whole row on chip; wider rows would need a loop
 
 
@@ -42,7 +44,7 @@ def _add_bias_residual_layernorm_kernel(
     tl.store(Y + row * stride_y + cols, y.to(Y.dtype.element_ty), mask=ok)
 
 
-_INTERPRETED = not isinstance(_add_bias_residual_layernorm_kernel, triton.JITFunction)
+_INTERPRETED = is_interpreted(_add_bias_residual_layernorm_kernel)
 
 
 def triton_add_bias_residual_layernorm(
@@ -77,7 +79,7 @@ def triton_add_bias_residual_layernorm(
         )
     if eps < 0:
         raise ValueError(f"eps={eps} must be >= 0")
-    _check_device(x, residual, *vectors.values())
+    check_device(_INTERPRETED, x, residual, *vectors.values())
 
     x2 = x.reshape(-1, hidden)
     r2 = residual.reshape(-1, hidden)
@@ -97,15 +99,3 @@ def triton_add_bias_residual_layernorm(
         num_warps=min(max(block_h // 256, 1), 8),
     )
     return y.reshape(x.shape)
-
-
-def _check_device(*tensors: torch.Tensor) -> None:
-    devices = {t.device for t in tensors}
-    if len(devices) != 1:
-        raise ValueError(f"all tensors must be on one device; got {sorted(map(str, devices))}")
-    device = devices.pop()
-    if device.type != "cuda" and not _INTERPRETED:
-        raise RuntimeError(
-            f"Triton kernels need CUDA tensors, got device {device}; CPU tensors work only when "
-            f"TRITON_INTERPRET=1 is set before triton is imported"
-        )
