@@ -20,10 +20,14 @@ help:
 	@echo "make lock                                           rewrite requirements.lock from the venv"
 
 # The pinned stack: exact versions from requirements.lock, the project itself editable.
-$(STAMP): pyproject.toml requirements.lock
+EXAMPLE_PLUGIN := examples/seedbench-example-plugin
+
+$(STAMP): pyproject.toml requirements.lock $(EXAMPLE_PLUGIN)/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check 'pip==25.3'
 	DS_BUILD_OPS=0 $(BIN)/python -m pip install -q -c requirements.lock -e '.[all]'
+	# the example plugin, installed as a user would install theirs (the tests run it)
+	$(BIN)/python -m pip install -q --no-deps -e $(EXAMPLE_PLUGIN)
 	touch $@
 
 venv: $(STAMP)
@@ -41,7 +45,7 @@ lint: $(STAMP)
 lock: $(STAMP)
 	{ echo "# Exact versions this project is tested with (pip freeze of 'make venv', Python 3.11, CPU)."; \
 	  echo "# make installs with: pip install -c requirements.lock -e '.[all]'. Regenerate: make lock"; \
-	  $(BIN)/python -m pip freeze --exclude-editable | grep -v -E '^(seedbench|pip)[= @]' \
+	  $(BIN)/python -m pip freeze --exclude-editable | grep -v -E '^(seedbench.*|pip)[= @]' \
 	  | sed 's/^torch==\([0-9.]*\)+cpu/torch==\1/'; } > requirements.lock
 
 clean:

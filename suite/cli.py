@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -58,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     report = sub.add_parser("report", help="tidy CSVs + figures -> HTML report")
     report.add_argument("--section", nargs=3, action="append", required=True,
                         metavar=("EXPERIMENT", "TABLE", "FIGURE_SVG"))
+    report.add_argument("--claims", type=Path, help="the paper's claims (CSV)")
     report.add_argument("--peak", type=Path)
     report.add_argument("--config", type=Path)
     report.add_argument("--out", type=Path, required=True)
@@ -153,17 +155,30 @@ def _env(args: argparse.Namespace) -> int:
 
 
 def _baselines(args: argparse.Namespace) -> int:
+    """Each baseline is loaded and asked in its own process: frameworks that cannot share one
+    (tensorflow before triton crashes) are asked apart, and a broken plugin breaks nothing."""
+    import subprocess
+    from concurrent.futures import ThreadPoolExecutor
+
     from suite.baselines import registry
 
-    for name in registry.names():
+    def ask(name: str) -> str:
+        code = ("import json, sys; from suite.baselines import registry; "
+                "b = registry.create(sys.argv[1]); ok, why = b.available(); "
+                "print(json.dumps([ok, why, b.description]))")
+        proc = subprocess.run([sys.executable, "-c", code, name], capture_output=True, text=True,
+                              timeout=600, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
         try:
-            system = registry.create(name)
-            ok, why = system.available()
-            desc = system.description
-        except Exception as e:  # noqa: BLE001 - a broken plugin is listed, not fatal
-            ok, why, desc = False, f"cannot load: {type(e).__name__}: {e}", ""
+            ok, why, desc = json.loads(proc.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            ok, why, desc = False, f"cannot load: {tail}", ""
         state = "available" if ok else f"unavailable: {why}"
-        print(f"{name:20s} {state:12s}  {desc}")
+        return f"{name:22s} {state}  {desc}"
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for line in pool.map(ask, registry.names()):
+            print(line)
     return 0
 
 
@@ -198,7 +213,8 @@ def _report(args: argparse.Namespace) -> int:
     from suite.report.render import render_report
 
     sections = [(e, Path(t), Path(f)) for e, t, f in args.section]
-    render_report(sections, args.out, peak_path=args.peak, config_path=args.config)
+    render_report(sections, args.out, peak_path=args.peak, config_path=args.config,
+                  claims_path=args.claims)
     return 0
 
 

@@ -118,16 +118,17 @@ def test_bad_config_stops_before_any_job(workdir):
 
 @pytest.mark.slow
 def test_workflow_end_to_end(workdir):
-    baselines = ["torch-eager", "reference", "raising", "segfaulting", "absent"]
+    baselines = ["torch-eager", "reference", "raising", "segfaulting", "absent",
+                 "example-per-sequence"]
     run_workflow(workdir, tiny_config(baselines))
     results = workdir / "results" / MACHINE
 
     # records: one per (baseline, point), each with the status its baseline earns
     recs = {p.relative_to(results / "bert_varlen" / "bert").as_posix(): read_record(p)
             for p in (results / "bert_varlen" / "bert").glob("*/*.json")}
-    assert len(recs) == 10
+    assert len(recs) == 12
     status = {k: (r.status.value, r.reason) for k, r in recs.items()}
-    for b in ("torch-eager", "reference"):
+    for b in ("torch-eager", "reference", "example-per-sequence"):  # the last one a plugin
         for s in (8, 16):
             rec = recs[f"{b}/b3_l{s}.json"]
             assert rec.status.value == "ok" and rec.correctness["passed"]
@@ -158,7 +159,7 @@ def test_workflow_end_to_end(workdir):
 
     # the tidy table: a row per record, speedups that are the ratio of the two medians
     table = pd.read_csv(results / "bert_varlen" / "table.csv")
-    assert len(table) == 10
+    assert len(table) == 12
     ref = table[(table.baseline == "reference") & (table.max_seq_len == 16)].iloc[0]
     eager = table[(table.baseline == "torch-eager") & (table.max_seq_len == 16)].iloc[0]
     assert ref.speedup_vs_padded == pytest.approx(eager.median_ms / ref.median_ms)
@@ -175,6 +176,7 @@ def test_workflow_end_to_end(workdir):
     for experiment in ("bert_varlen", *expected):
         assert f'<h2 id="{experiment}">' in html
     assert "+ fused MHA" in html and "padded-sdpa" in html and "deberta" in html
+    assert '<h2 id="claims">' in html and "TensorFlow XLA" in html
     assert html.count('<td class="l">reference</td><td class="l">bert</td>') == 2
     assert html.count('<td class="l">torch-eager</td><td class="l">bert</td>') == 2
     assert "deliberately broken kernel" in html

@@ -8,6 +8,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 PAPER_LABEL = "paper: A100 fp16 (another machine)"
@@ -18,16 +19,52 @@ def latency_figure(table: pd.DataFrame, paper: pd.DataFrame, out: Path) -> list[
     speedup; the paper's own latencies. Writes ``out.png`` and ``out.svg``."""
     ok = table[(table.experiment == "bert_varlen") & (table.status == "ok")]
     batch_sizes = sorted(table.batch_size.dropna().unique().astype(int)) or [1]
-    fig, axes = plt.subplots(len(batch_sizes), 3, figsize=(15, 3.8 * len(batch_sizes)),
+    fig, axes = plt.subplots(len(batch_sizes) + 1, 3, figsize=(15, 3.8 * (len(batch_sizes) + 1)),
                              squeeze=False, constrained_layout=True)
     for row, b in zip(axes, batch_sizes):
         here = ok[ok.batch_size == b]
         _latency_panel(row[0], here, b)
         _speedup_panel(row[1], here, paper[paper.batch_size == b], b)
         _paper_panel(row[2], paper[paper.batch_size == b], b)
+    _heatmap_panel(axes[-1][0], ok)
+    _framework_bars(axes[-1][1], ok)
+    axes[-1][2].axis("off")
     machine = ", ".join(sorted(ok.machine.dropna().unique())) or "this machine"
     fig.suptitle(f"BERT variable-length inference: padded vs padding-free on {machine}")
     return _save(fig, out)
+
+
+def _heatmap_panel(ax, ok: pd.DataFrame) -> None:
+    """Speedup of the padding-free system(s) over the padded baseline, batch x max length."""
+    pf = ok[ok.padding_free.fillna(False).astype(bool) & ok.speedup_vs_padded.notna()]
+    grid = pf.pivot_table(index="batch_size", columns="max_seq_len",
+                          values="speedup_vs_padded", aggfunc="max")
+    if grid.empty:
+        ax.text(0.5, 0.5, "no padding-free speedups measured", ha="center", va="center")
+        ax.axis("off")
+        return
+    im = ax.imshow(grid.values, cmap="viridis", aspect="auto", origin="lower")
+    ax.set_xticks(range(grid.shape[1]), grid.columns)
+    ax.set_yticks(range(grid.shape[0]), grid.index)
+    for (i, j), v in np.ndenumerate(grid.values):
+        if np.isfinite(v):
+            ax.text(j, i, f"{v:.2f}x", ha="center", va="center", color="w", fontsize=8)
+    ax.figure.colorbar(im, ax=ax, label="speedup (x)")
+    ax.set(title="padding-free speedup over the padded baseline", xlabel="max sequence length",
+           ylabel="batch size")
+
+
+def _framework_bars(ax, ok: pd.DataFrame) -> None:
+    """Every framework at the largest measured point, fastest first."""
+    if ok.empty:
+        ax.axis("off")
+        return
+    b, s = ok.batch_size.max(), ok[ok.batch_size == ok.batch_size.max()].max_seq_len.max()
+    at = ok[(ok.batch_size == b) & (ok.max_seq_len == s)].sort_values("median_ms")
+    err = [at.median_ms - at.q1_ms, at.q3_ms - at.median_ms]
+    ax.barh(at.baseline, at.median_ms, xerr=err, capsize=3, color="tab:blue")
+    ax.invert_yaxis()
+    ax.set(title=f"every framework at batch {b}, max length {s}", xlabel="ms (median, IQR)")
 
 
 def _latency_panel(ax, here: pd.DataFrame, b: int) -> None:
@@ -129,10 +166,10 @@ def mha_figure(table: pd.DataFrame, claims: pd.DataFrame, out: Path) -> list[Pat
             ax.axhline(c.value, color="grey", ls="-.", lw=1,
                        label=f"paper: {c.value:g}x vs {c.baseline} ({c.setting})")
         ax.axhline(1.0, color="grey", lw=0.5)
-        ax.set(title=f"batch {b}: speedup over padded MHA (matmul+mask+softmax+matmul)",
+        ax.set(title=f"batch {b}: speedup over padded MHA",
                xlabel="max sequence length", ylabel="speedup (x)")
         _legend(ax)
-    fig.suptitle("Multi-head attention micro-benchmark")
+    fig.suptitle("Multi-head attention: speedup over padded matmul + mask + softmax + matmul")
     return _save(fig, out)
 
 

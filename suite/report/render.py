@@ -42,11 +42,16 @@ NOTES = {
 
 
 def render_report(sections: list[tuple[str, Path, Path]], out: Path, *,
-                  peak_path: Path | None = None, config_path: Path | None = None) -> Path:
-    """One section per (experiment, tidy table, figure SVG); failures of all listed at the end."""
+                  peak_path: Path | None = None, config_path: Path | None = None,
+                  claims_path: Path | None = None) -> Path:
+    """One section per (experiment, tidy table, figure SVG), the paper's claims beside what was
+    measured, and every run that failed, was incorrect or unavailable."""
+    from suite.analysis.claims import claims_table
     from suite.experiments import EXPERIMENTS
 
     frames = {exp: pd.read_csv(table) for exp, table, _ in sections}
+    claims = (claims_table(pd.read_csv(claims_path), frames.get("bert_varlen"),
+                           frames.get("bert_mha")) if claims_path else None)
     df = pd.concat(frames.values(), ignore_index=True)
     first = _first_record(df)
     env = first.env if first else {}
@@ -69,6 +74,7 @@ def render_report(sections: list[tuple[str, Path, Path]], out: Path, *,
                                frames[exp][frames[exp].status == "ok"].to_dict("records")]}
                      for exp, _, svg in sections],
         "problems": [_clean(r) for r in df[df.status != "ok"].to_dict("records")],
+        "claims": [] if claims is None else [_clean(r) for r in claims.to_dict("records")],
         "counts": df.status.value_counts().to_dict(),
     }
     env_j = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES),

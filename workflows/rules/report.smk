@@ -28,6 +28,7 @@ rule report_html:
         tables=expand(f"{RESULTS}/{{experiment}}/table.csv", experiment=BERT_JOBS),
         figures=expand(f"{REPORTS}/figures/{{experiment}}.svg", experiment=BERT_JOBS),
         peak=rules.peak.output[0],
+        claims="results/paper/bytetransformer_abstract_claims.csv",
     output:
         report(REPORT_HTML, caption="../report/index.rst", category="HTML report"),
     log:
@@ -38,5 +39,6 @@ rule report_html:
         ),
         config=" ".join(f"--config {f}" for f in workflow.configfiles[-1:]),
     shell:
-        "seedbench report {params.sections} --peak {input.peak} {params.config}"
+        "seedbench report {params.sections} --peak {input.peak} --claims {input.claims}"
+        " {params.config}"
         " --out {output} 2> {log}"
