@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import time
-from pathlib import Path
 from typing import Any
 
 import torch

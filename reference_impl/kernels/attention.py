@@ -85,7 +85,6 @@ def _bucketed_attention(q, k, v, cu_seqlens, causal, softmax_scale):
             o = F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal, scale=softmax_scale)
             out[idx] = o.transpose(1, 2)
             continue
-        n = len(group)
         lens = torch.tensor([lengths[i] for i in group], device=q.device)
         pos = torch.arange(longest, device=q.device)
         valid = pos[None, :] < lens[:, None]  # [n, longest]
