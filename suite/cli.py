@@ -40,6 +40,14 @@ def main(argv: list[str] | None = None) -> int:
     peak.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     peak.add_argument("--out", type=Path, help="write JSON here (default: print)")
 
+    ext = sub.add_parser("build-external",
+                         help="cmake-build the source checkout of a configured external program")
+    ext.add_argument("name", help="the program's key under bert_varlen.external")
+    ext_src = ext.add_mutually_exclusive_group(required=True)
+    ext_src.add_argument("--config", type=Path, help="workflow config YAML")
+    ext_src.add_argument("--section-json", help="the bert_varlen config section as JSON")
+    ext.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+
     sub.add_parser("env", help="print the environment and provenance record")
     sub.add_parser("baselines", help="list registered baselines and whether they run here")
     sub.add_parser("experiments", help="list experiment families")
@@ -147,6 +155,20 @@ def _peak(args: argparse.Namespace) -> int:
     return 0
 
 
+def _build_external(args: argparse.Namespace) -> int:
+    from suite.baselines.external import build, spec_from_config
+    from suite.config import BertVarlenConfig, ConfigError, load
+
+    section = (load(args.config)["bert_varlen"] if args.config
+               else json.loads(args.section_json))
+    programs = BertVarlenConfig.from_dict(section).external
+    if args.name not in programs:
+        raise ConfigError(f"no external program {args.name!r} under bert_varlen.external "
+                          f"(configured: {sorted(programs)})")
+    print(build(spec_from_config(args.name, programs[args.name]), args.jobs))
+    return 0
+
+
 def _env(args: argparse.Namespace) -> int:
     from suite.env import capture
 
@@ -219,7 +241,8 @@ def _report(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"run": _run, "peak": _peak, "env": _env, "baselines": _baselines,
-            "experiments": _experiments, "table": _table, "plot": _plot, "report": _report}
+            "experiments": _experiments, "build-external": _build_external, "table": _table,
+            "plot": _plot, "report": _report}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -8,7 +8,7 @@ the key, the bad value and what is allowed.
 from __future__ import annotations
 
 import copy
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -120,7 +120,8 @@ class Study:
             else []
 
 
-STUDIES = ("ablation", "variants", "mha", "fused_ops")
+STUDIES = ("ablation", "variants", "mha", "fused_ops", "fixed_length")
+EXTERNAL_PREFIX = "external-"  # baseline external-<name> runs bert_varlen.external.<name>
 
 
 @dataclass(frozen=True)
@@ -142,6 +143,8 @@ class BertVarlenConfig:
     variants: Study | None = None
     mha: Study | None = None
     fused_ops: Study | None = None
+    fixed_length: Study | None = None
+    external: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, section: dict[str, Any]) -> "BertVarlenConfig":
@@ -150,6 +153,12 @@ class BertVarlenConfig:
             timing = TimingPolicy(**d["timing"])
         except ValueError as e:
             raise ConfigError(f"bert_varlen.timing: {e}") from None
+        missing = sorted(b for b in d["baselines"] if b.startswith(EXTERNAL_PREFIX)
+                         and b.removeprefix(EXTERNAL_PREFIX) not in d["external"])
+        if missing:
+            raise ConfigError(f"bert_varlen.baselines: {missing} name external programs that are "
+                              f"not configured; bert_varlen.external has "
+                              f"{sorted(d['external'])}")
         if d["padded_baseline"] not in d["baselines"]:
             raise ConfigError(f"bert_varlen.padded_baseline: {d['padded_baseline']!r} is not "
                               f"among the baselines {d['baselines']}; speedups need it")
@@ -158,6 +167,7 @@ class BertVarlenConfig:
                    max_seq_lens=tuple(d["max_seq_lens"]), distribution=d["distribution"],
                    seed=d["seed"], dtype=d["dtype"], device=d["device"], threads=d["threads"],
                    timeout_s=d["timeout_s"], timing=timing, enabled=d["enabled"],
+                   external=d["external"],
                    **{name: Study.from_dict(d[name]) for name in STUDIES})
 
     def to_dict(self) -> dict[str, Any]:
@@ -170,10 +180,14 @@ class BertVarlenConfig:
     def points(self) -> list[tuple[int, int]]:
         return [(b, s) for b in self.batch_sizes for s in self.max_seq_lens]
 
+    def registered_baselines(self) -> list[str]:
+        """The baselines found through entry points (external-<name> ones are configured)."""
+        return [b for b in self.baselines if not b.startswith(EXTERNAL_PREFIX)]
+
     @property
     def max_len(self) -> int:
         """The longest padded length of any study: the position table every model gets."""
-        studies = [st for st in (self.ablation, self.variants, self.mha, self.fused_ops) if st]
+        studies = [st for st in (getattr(self, name) for name in STUDIES) if st]
         return max([*self.max_seq_lens, *(s for st in studies for s in st.max_seq_lens)])
 
 

@@ -40,7 +40,8 @@ def test_verdicts_from_measured_ratios():
     assert t.loc["PyTorch", "measured_x"] == pytest.approx(3.4)  # the largest MHA point
     assert t.loc["PyTorch", "verdict"] == "direction holds"
     ft = t.loc["NVIDIA FasterTransformer"]
-    assert ft.verdict == "not measured" and "external build" in ft.note
+    assert ft.verdict == "not measured" and "docs/external-baselines.md" in ft.note
+    assert "external program 'fastertransformer'" in ft.note
 
 
 def test_a_failed_baseline_is_named_with_its_reason():

@@ -60,6 +60,7 @@ def tiny_config(baselines, studies=True):
             "batch_sizes": [3], "max_seq_lens": [8, 16], "device": "cpu", "threads": 1,
             "timing": {"warmup": 1, "min_repeats": 3, "min_time_s": 0.0},
             "ablation": one_point, "mha": one_point, "fused_ops": one_point,
+            "fixed_length": one_point,
             "variants": {**one_point, "models": ["albert", "distilbert", "deberta"]},
         },
     }
@@ -119,16 +120,24 @@ def test_bad_config_stops_before_any_job(workdir):
 @pytest.mark.slow
 def test_workflow_end_to_end(workdir):
     baselines = ["torch-eager", "reference", "raising", "segfaulting", "absent",
-                 "example-per-sequence"]
-    run_workflow(workdir, tiny_config(baselines))
+                 "example-per-sequence", "external-launcher"]
+    config = tiny_config(baselines)
+    # an external program from a source checkout: the workflow cmake-builds it before its runs
+    config["bert_varlen"]["external"] = {"launcher": {
+        "command": ["{build_dir}/launcher"], "source": str(ROOT / "tests/data/external_cmake"),
+        "cmake_args": [f"-DPYTHON={sys.executable}",
+                       f"-DADAPTER={ROOT / 'examples/external-hf/seedbench_external_hf.py'}"]}}
+    run_workflow(workdir, config)
     results = workdir / "results" / MACHINE
 
     # records: one per (baseline, point), each with the status its baseline earns
     recs = {p.relative_to(results / "bert_varlen" / "bert").as_posix(): read_record(p)
             for p in (results / "bert_varlen" / "bert").glob("*/*.json")}
-    assert len(recs) == 12
+    assert len(recs) == 14
     status = {k: (r.status.value, r.reason) for k, r in recs.items()}
-    for b in ("torch-eager", "reference", "example-per-sequence"):  # the last one a plugin
+    assert (workdir / "build/external/launcher/seedbench-build.json").exists()
+    assert recs["external-launcher/b3_l8.json"].timing["timer"] == "reported by external-launcher"
+    for b in ("torch-eager", "reference", "example-per-sequence", "external-launcher"):
         for s in (8, 16):
             rec = recs[f"{b}/b3_l{s}.json"]
             assert rec.status.value == "ok" and rec.correctness["passed"]
@@ -148,18 +157,25 @@ def test_workflow_end_to_end(workdir):
         "bert_mha": {"attention/varlen", "attention/padded-unfused", "attention/padded-sdpa"},
         "bert_fused_ops": {f"{op}/{s}" for op in ("layernorm", "gemm_gelu")
                            for s in ("fused", "unfused")},
+        "bert_fixed": {f"bert/{b}" for b in ("torch-eager", "reference", "example-per-sequence",
+                                              "external-launcher")},
     }
     for experiment, systems in expected.items():
         found = {p.parent.relative_to(results / experiment).as_posix(): read_record(p)
                  for p in (results / experiment).glob("*/*/b3_l16.json")}
-        assert set(found) == systems, experiment
+        assert set(found) >= systems, experiment  # bert_fixed also has the broken plugins
+        found = {k: r for k, r in found.items() if k in systems}
+        if experiment == "bert_fixed":
+            assert all(r.point["distribution"] == "fixed" and r.workload["lengths"] == [16] * 3
+                       for r in found.values())
         assert all(r.status.value == "ok" and r.correctness["passed"] for r in found.values())
         study = pd.read_csv(results / experiment / "table.csv")
+        study = study[study.status == "ok"]
         assert len(study) == len(systems) and study.speedup_vs_padded.notna().all()
 
     # the tidy table: a row per record, speedups that are the ratio of the two medians
     table = pd.read_csv(results / "bert_varlen" / "table.csv")
-    assert len(table) == 12
+    assert len(table) == 14
     ref = table[(table.baseline == "reference") & (table.max_seq_len == 16)].iloc[0]
     eager = table[(table.baseline == "torch-eager") & (table.max_seq_len == 16)].iloc[0]
     assert ref.speedup_vs_padded == pytest.approx(eager.median_ms / ref.median_ms)
@@ -177,8 +193,9 @@ def test_workflow_end_to_end(workdir):
         assert f'<h2 id="{experiment}">' in html
     assert "+ fused MHA" in html and "padded-sdpa" in html and "deberta" in html
     assert '<h2 id="claims">' in html and "TensorFlow XLA" in html
-    assert html.count('<td class="l">reference</td><td class="l">bert</td>') == 2
-    assert html.count('<td class="l">torch-eager</td><td class="l">bert</td>') == 2
+    # two varlen points and the fixed-length one
+    assert html.count('<td class="l">reference</td><td class="l">bert</td>') == 3
+    assert html.count('<td class="l">torch-eager</td><td class="l">bert</td>') == 3
     assert "deliberately broken kernel" in html
     assert "killed by signal 11" in html
     assert "nonexistent-framework" in html
@@ -188,6 +205,6 @@ def test_workflow_end_to_end(workdir):
     # a second run with nothing changed does no work
     mtimes = {p: p.stat().st_mtime_ns for p in results.rglob("*.json")}
     html_mtime = (workdir / "reports" / "index.html").stat().st_mtime_ns
-    run_workflow(workdir, tiny_config(baselines))
+    run_workflow(workdir, config)
     assert {p: p.stat().st_mtime_ns for p in results.rglob("*.json")} == mtimes
     assert (workdir / "reports" / "index.html").stat().st_mtime_ns == html_mtime

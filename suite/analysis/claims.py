@@ -17,20 +17,22 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-# The paper's framework names -> this suite's baselines
+# The paper's framework names -> this suite's baselines. The two without a Python package come
+# in as external programs under these names (docs/external-baselines.md).
 BASELINE_OF = {
     "PyTorch": "padded-unfused",  # the fused-MHA claim: against PyTorch's padded attention
     "PyTorch JIT": "torch-jit",
     "TensorFlow XLA": "tensorflow-xla",
-    "Tencent TurboTransformer": "turbotransformers",
+    "Tencent TurboTransformer": "external-turbotransformers",
     "DeepSpeed-Inference": "deepspeed-inference",
-    "NVIDIA FasterTransformer": "fastertransformer",
+    "NVIDIA FasterTransformer": "external-fastertransformer",
 }
 
-
-# Frameworks with no Python package: they come in through an external build (not yet in the suite)
-NO_PACKAGE = {"turbotransformers": "TurboTransformers has no pip package; it needs an external build",
-              "fastertransformer": "FasterTransformer has no pip package; it needs an external build"}
+NO_PACKAGE = {
+    name: (f"{project} has no pip package: build it and configure it as external program "
+           f"{name.removeprefix('external-')!r} (docs/external-baselines.md)")
+    for name, project in (("external-turbotransformers", "TurboTransformers"),
+                          ("external-fastertransformer", "FasterTransformer"))}
 
 
 def claims_table(claims: pd.DataFrame, varlen: pd.DataFrame | None,

@@ -190,6 +190,8 @@ def experiment_figure(experiment: str, table: pd.DataFrame, paper: pd.DataFrame,
 
     if experiment == "bert_varlen":
         return latency_figure(table, paper, out)
+    if experiment == "bert_fixed":
+        return bars_figure(table, out, "Every sequence at max length: no padding to skip")
     if experiment == "bert_mha":
         return mha_figure(table, claims, out)
     if experiment == "bert_ablation":

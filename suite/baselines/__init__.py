@@ -1,5 +1,5 @@
 """Baseline plugins: ``Baseline`` is the contract, ``registry`` finds them by entry point."""
 
-from suite.baselines.base import Baseline, Supports
+from suite.baselines.base import Baseline, Supports, Unavailable
 
-__all__ = ["Baseline", "Supports"]
+__all__ = ["Baseline", "Supports", "Unavailable"]

@@ -17,6 +17,11 @@ import torch
 from suite.workloads import BertBatch
 
 
+class Unavailable(RuntimeError):
+    """Raised by a baseline (or the runner) when a point cannot run on this machine: a record of
+    status ``unavailable`` with the message as its reason, not a failure."""
+
+
 @dataclass(frozen=True)
 class Supports:
     tasks: tuple[str, ...] = ("bert-encoder",)
@@ -29,6 +34,7 @@ class Baseline(ABC):
     description: ClassVar[str]
     padding_free: bool = False  # computes on valid tokens only (an instance may override)
     supports: ClassVar[Supports] = Supports()
+    times_itself: ClassVar[bool] = False  # an external process: the suite cannot time ``run``
 
     def available(self) -> tuple[bool, str]:
         """(True, "") if this baseline can run here, else (False, why). Imports belong inside,
@@ -54,6 +60,14 @@ class Baseline(ABC):
     def run(self, batch: BertBatch) -> Any:
         """Forward one batch already on the device; return the last hidden state ``[B, S, H]``
         (a tensor or array). Must not return before the computation has finished."""
+
+    def set_timing(self, policy: dict[str, Any]) -> None:
+        """For ``times_itself`` baselines: the timing policy to apply (before the first run)."""
+
+    def reported_samples(self) -> list[float] | None:
+        """For ``times_itself`` baselines: seconds per call, measured by the system itself in
+        the same invocation whose output passed the correctness gate."""
+        return None
 
     def details(self) -> dict[str, Any]:
         """Facts about the prepared system for the record (compile time, backend, ...)."""

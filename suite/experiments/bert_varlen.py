@@ -5,7 +5,9 @@ Three experiments share this runner:
 - ``bert_varlen``: registered baselines (frameworks) on BERT-base;
 - ``bert_ablation``: the reference with the paper's optimizations turned on step by step
   (``reference_impl.LADDER``; baseline ``ladder-N`` is step N);
-- ``bert_variants``: ALBERT, DistilBERT, DeBERTa, padded HF against padding-free.
+- ``bert_variants``: ALBERT, DistilBERT, DeBERTa, padded HF against padding-free;
+- ``bert_fixed``: the frameworks again, every sequence at the full length (``fixed``
+  distribution): the control where padding-free has no padding to skip.
 
 Flow of one point: lengths -> padded batch -> canonical HF model -> float64 reference output ->
 the system prepares itself -> correctness gate -> timing -> statistics and derived metrics.
@@ -24,7 +26,8 @@ import torch
 
 from reference_impl import LADDER
 from suite import env as envmod
-from suite.baselines import Baseline, registry
+from suite.baselines import Baseline, Unavailable, registry
+from suite.baselines.external import PREFIX as EXTERNAL_PREFIX, External, spec_from_config
 from suite.baselines.reference import Reference
 from suite.config import BertVarlenConfig
 from suite.correctness import compare
@@ -35,7 +38,7 @@ from suite.stats import summarize
 from suite.timing import measure, timer_name
 from suite.workloads import BertBatch, bert_batch, flop_bounds, varlen_lengths
 
-EXPERIMENTS = ("bert_varlen", "bert_ablation", "bert_variants")
+EXPERIMENTS = ("bert_varlen", "bert_ablation", "bert_variants", "bert_fixed")
 TASK = "bert-encoder"
 TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -44,18 +47,25 @@ def ladder_name(step: int) -> str:
     return f"ladder-{step}"
 
 
-def make_system(experiment: str, baseline: str) -> Baseline:
-    """The system under test: a registered baseline, or a step of the reference's ladder."""
+def make_system(experiment: str, baseline: str, cfg: BertVarlenConfig) -> Baseline:
+    """The system under test: a registered baseline, a step of the reference's ladder, or a
+    configured external program (``external-<name>``)."""
     if experiment == "bert_ablation":
         steps = [ladder_name(i) for i in range(len(LADDER))]
         if baseline not in steps:
             raise KeyError(f"bert_ablation baseline {baseline!r} is not one of {steps}")
         return Reference(**asdict(LADDER[steps.index(baseline)][1]))
+    if baseline.startswith(EXTERNAL_PREFIX):
+        name = baseline.removeprefix(EXTERNAL_PREFIX)
+        if name not in cfg.external:
+            raise KeyError(f"baseline {baseline!r}: no program {name!r} under "
+                           f"bert_varlen.external (configured: {sorted(cfg.external)})")
+        return External(spec_from_config(name, cfg.external[name]), timeout_s=cfg.timeout_s)
     return registry.create(baseline)
 
 
-class Unavailable(RuntimeError):
-    """This point cannot run on this machine (not a failure of the baseline)."""
+def distribution_of(cfg: BertVarlenConfig, experiment: str) -> str:
+    return "fixed" if experiment == "bert_fixed" else cfg.distribution
 
 
 def resolve_device(name: str) -> torch.device:
@@ -67,9 +77,10 @@ def resolve_device(name: str) -> torch.device:
 
 
 def point_dict(cfg: BertVarlenConfig, batch_size: int, max_seq_len: int,
-               model_kind: str = "bert") -> dict[str, Any]:
+               model_kind: str = "bert", experiment: str = "bert_varlen") -> dict[str, Any]:
     return {"batch_size": batch_size, "max_seq_len": max_seq_len, "model": model_kind,
-            "distribution": cfg.distribution, "seed": cfg.seed, "dtype": cfg.dtype}
+            "distribution": distribution_of(cfg, experiment), "seed": cfg.seed,
+            "dtype": cfg.dtype}
 
 
 def run_point(cfg: BertVarlenConfig, baseline: str, batch_size: int, max_seq_len: int,
@@ -80,15 +91,15 @@ def run_point(cfg: BertVarlenConfig, baseline: str, batch_size: int, max_seq_len
         raise ValueError(f"experiment {experiment!r} is not one of {EXPERIMENTS}")
     if model_kind not in KINDS:
         raise ValueError(f"model kind {model_kind!r} is not one of {KINDS}")
-    point = point_dict(cfg, batch_size, max_seq_len, model_kind)
+    point = point_dict(cfg, batch_size, max_seq_len, model_kind, experiment)
     if experiment == "bert_ablation" and baseline.startswith("ladder-"):
         step = int(baseline.removeprefix("ladder-"))
         point["step"] = LADDER[step][0] if 0 <= step < len(LADDER) else "?"
     record = Record(experiment, baseline, point, cfg.to_dict(), Status.FAILED,
                     created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     try:
-        _run(record, cfg, make_system(experiment, baseline), batch_size, max_seq_len, peak,
-             show_progress, model_kind)
+        _run(record, cfg, make_system(experiment, baseline, cfg), batch_size, max_seq_len,
+             peak, show_progress, model_kind)
     except Unavailable as e:
         record.status, record.reason = Status.UNAVAILABLE, str(e)
     except Exception as e:  # noqa: BLE001 - any error of a run becomes a failed record
@@ -105,7 +116,8 @@ def _run(record: Record, cfg: BertVarlenConfig, system: Baseline, batch_size: in
          model_kind: str) -> None:
     threads = cfg.threads or envmod.usable_cores()
     torch.set_num_threads(threads)
-    lengths = varlen_lengths(batch_size, max_seq_len, cfg.distribution, seed=cfg.seed)
+    lengths = varlen_lengths(batch_size, max_seq_len, record.point["distribution"],
+                             seed=cfg.seed)
     batch = bert_batch(lengths, max_seq_len, cfg.model.vocab_size, seed=cfg.seed)
     record.workload = {"lengths": lengths, "total_tokens": sum(lengths),
                        "padded_tokens": batch_size * max_seq_len,
@@ -119,6 +131,8 @@ def _run(record: Record, cfg: BertVarlenConfig, system: Baseline, batch_size: in
     model = canonical_model(model_kind, cfg.model, cfg.max_len, seed=cfg.seed)
     reference = _reference_output(model, batch, device)
     system.prepare(model, device, TORCH_DTYPES[cfg.dtype])
+    if system.times_itself:
+        system.set_timing(cfg.timing.as_dict())
     dev_batch = batch.to(device)
 
     check = compare(system.run(dev_batch), reference, batch.attention_mask, cfg.dtype)
@@ -129,9 +143,13 @@ def _run(record: Record, cfg: BertVarlenConfig, system: Baseline, batch_size: in
 
     label = f"{record.baseline} {model_kind} b={batch_size} L={max_seq_len}"
     progress = _progress_printer(label) if show_progress else None
-    samples = measure(lambda: system.run(dev_batch), device, cfg.timing, progress)
+    if system.times_itself:  # the gate's invocation also timed itself
+        samples, timer = system.reported_samples(), f"reported by {record.baseline}"
+    else:
+        samples = measure(lambda: system.run(dev_batch), device, cfg.timing, progress)
+        timer = timer_name(device)
     stats = summarize(samples)
-    record.timing = {"unit": "s", "timer": timer_name(device), "threads": threads,
+    record.timing = {"unit": "s", "timer": timer, "threads": threads,
                      "device": str(device), "policy": cfg.timing.as_dict(),
                      "samples": samples, "stats": stats}
     record.derived = {**derived_metrics(cfg, model, lengths, max_seq_len, stats["median"],

@@ -26,7 +26,8 @@ class Job(NamedTuple):
 
 
 def speedup_baseline(cfg: BertVarlenConfig, experiment: str) -> str:
-    return {"bert_varlen": cfg.padded_baseline, "bert_ablation": ladder_name(0),
+    return {"bert_varlen": cfg.padded_baseline, "bert_fixed": cfg.padded_baseline,
+            "bert_ablation": ladder_name(0),
             "bert_variants": "torch-eager", "bert_mha": "padded-unfused",
             "bert_fused_ops": "unfused"}[experiment]
 
@@ -35,6 +36,7 @@ def jobs(cfg: BertVarlenConfig) -> dict[str, list[Job]]:
     """Jobs per experiment, experiments without jobs left out."""
     cases = {
         "bert_varlen": ([("bert", b) for b in cfg.baselines], cfg.points() if cfg.enabled else []),
+        "bert_fixed": ([("bert", b) for b in cfg.baselines], cfg.fixed_length.points()),
         "bert_ablation": ([("bert", ladder_name(i)) for i in range(len(LADDER))],
                           cfg.ablation.points()),
         "bert_variants": ([(m, s) for m in cfg.variants.models for s in VARIANT_SYSTEMS],

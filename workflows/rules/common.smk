@@ -27,7 +27,7 @@ TIMED_THREADS = workflow._cores or 1
 REPORT_HTML = f"{REPORTS}/index.html"
 try:
     BERT = BertVarlenConfig.from_dict(config["bert_varlen"])
-    registry.check_names(BERT.baselines)
+    registry.check_names(BERT.registered_baselines())
 except (suite_config.ConfigError, KeyError) as e:
     raise WorkflowError(f"bert_varlen: {e.args[0]}")
 
@@ -38,3 +38,4 @@ wildcard_constraints:
     experiment=r"bert_[a-z_]+",
     subject=r"[a-z0-9_]+",
     max_len=r"\d+",
+    program=r"[a-z0-9][a-z0-9_]*",

@@ -1,0 +1,376 @@
+"""Decoder-only GPT for the MegaScale (and later Virtual Width Networks) training experiments.
+
+One file, math in sight, in the spirit of nanoGPT's ``model.py``. The architecture knobs (GQA,
+GELU or SwiGLU MLP, LayerNorm or RMSNorm, RoPE or learned positions, tied embeddings) and
+MegaScale's algorithmic switches are fields of ``GPTConfig``; each switch is independent:
+
+- ``parallel_block``: attention and MLP read the same normed input, ``x + attn(ln x) + mlp(ln x)``
+  (one norm per block), so their input GEMMs can overlap;
+- ``sliding_window``: token i attends to tokens ``i - window + 1 .. i`` (always causal);
+- ``fused``: attention through ``F.scaled_dot_product_attention`` and the norms / bias+GELU through
+  one kernel each (``reference_impl.kernels.fused``), versus the explicit unfused math;
+- ``checkpointing``: ``"full"`` recomputes each whole block in backward, ``"selective"`` only the
+  attention core ``(q, k, v) -> context`` (Korthikanti et al. 2022), the part whose activations
+  grow with seq^2 but cost little to recompute.
+
+``torch.compile`` is not a switch here: the trainer applies it to the model.
+
+Each ``Block`` exposes its sub-layers without their residual add, ``block.attn_branch(x)`` and
+``block.mlp_branch(x)``, so a Virtual Width Network can put its own residual around them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from reference_impl.kernels.fused import add_bias_residual_layernorm, bias_gelu
+
+MLPS = ("gelu", "swiglu")
+NORMS = ("layernorm", "rmsnorm")
+CHECKPOINTING = ("none", "selective", "full")
+ROPE_BASE = 10000.0
+NORM_EPS = 1e-5
+INIT_STD = 0.02
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    vocab_size: int = 50304
+    n_layer: int = 12
+    n_embd: int = 768
+    n_head: int = 12
+    n_kv_head: int | None = None  # GQA; None = n_head (multi-head attention)
+    mlp: str = "gelu"
+    ffn_dim: int | None = None  # None: 4*n_embd (gelu) or 2/3 of that rounded up to 64 (swiglu)
+    norm: str = "layernorm"
+    rope: bool = False  # False: learned absolute position embeddings
+    tied_embeddings: bool = True
+    block_size: int = 1024
+    dropout: float = 0.0
+    # MegaScale's switches
+    parallel_block: bool = False
+    sliding_window: int | None = None
+    fused: bool = True
+    checkpointing: str = "none"
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "n_layer", "n_embd", "n_head", "block_size"):
+            _check_positive_int(name, getattr(self, name))
+        for name in ("n_kv_head", "ffn_dim", "sliding_window"):
+            if getattr(self, name) is not None:
+                _check_positive_int(name, getattr(self, name))
+        for name, value, valid in (("mlp", self.mlp, MLPS), ("norm", self.norm, NORMS),
+                                   ("checkpointing", self.checkpointing, CHECKPOINTING)):
+            if value not in valid:
+                raise ValueError(f"{name}={value!r} is not one of {valid}")
+        for name in ("rope", "tied_embeddings", "parallel_block", "fused"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}={getattr(self, name)!r} must be True or False")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout={self.dropout!r} must be in [0, 1)")
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
+        if self.n_head % self.kv_heads:
+            divisors = [d for d in range(1, self.n_head + 1) if self.n_head % d == 0]
+            raise ValueError(f"n_kv_head={self.n_kv_head} must divide n_head={self.n_head} "
+                             f"(valid: {divisors})")
+        if self.rope and self.head_dim % 2:
+            raise ValueError(f"rope needs an even head_dim; n_embd={self.n_embd} / "
+                             f"n_head={self.n_head} = {self.head_dim}")
+
+    # The plain shape attributes (what an MFU counter reads), with defaults resolved.
+    @property
+    def layers(self) -> int:
+        return self.n_layer
+
+    @property
+    def width(self) -> int:
+        return self.n_embd
+
+    @property
+    def heads(self) -> int:
+        return self.n_head
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_head if self.n_kv_head is None else self.n_kv_head
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+    @property
+    def ffn_hidden(self) -> int:
+        if self.ffn_dim is not None:
+            return self.ffn_dim
+        if self.mlp == "gelu":
+            return 4 * self.n_embd
+        # SwiGLU has three matrices instead of two: 2/3 of 4*width keeps the parameter count,
+        # rounded up to a multiple of 64 for GEMM-friendly shapes (as LLaMA does)
+        return 64 * math.ceil(8 * self.n_embd // 3 / 64)
+
+    @property
+    def vocab(self) -> int:
+        return self.vocab_size
+
+    @property
+    def tied(self) -> bool:
+        return self.tied_embeddings
+
+
+def _check_positive_int(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name}={value!r} must be a positive int")
+
+
+def _epilogue_backend(*tensors: torch.Tensor) -> str:
+    """Backend for ``kernels.fused``: the rule of its ``"auto"`` (Triton on CUDA, torch on CPU, so
+    never the slow Triton interpreter on CPU), except while autograd records: the Triton epilogues
+    have no backward and would silently cut the gradient, so training runs their torch form."""
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return "torch"
+    return "triton" if tensors[0].is_cuda else "torch"
+
+
+# ----------------------------------------------------------------------------- norms
+
+
+class Norm(nn.Module):
+    """LayerNorm (weight and bias) or RMSNorm (weight only), fused or as explicit math."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.kind, self.fused = cfg.norm, cfg.fused
+        self.weight = nn.Parameter(torch.ones(cfg.n_embd))
+        self.bias = nn.Parameter(torch.zeros(cfg.n_embd)) if cfg.norm == "layernorm" else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kind == "layernorm":
+            if self.fused:
+                return _fused_layer_norm(x, self.weight, self.bias)
+            mean = x.mean(-1, keepdim=True)
+            var = (x - mean).pow(2).mean(-1, keepdim=True)  # biased, as LayerNorm
+            return (x - mean) * torch.rsqrt(var + NORM_EPS) * self.weight + self.bias
+        if self.fused:
+            return F.rms_norm(x, x.shape[-1:], self.weight, NORM_EPS)
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + NORM_EPS) * self.weight
+
+
+def _fused_layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    backend = _epilogue_backend(x, weight, bias)
+    if backend == "torch":  # what kernels.fused runs on this path, minus a residual we lack
+        return F.layer_norm(x, x.shape[-1:], weight, bias, NORM_EPS)
+    # A pre-LN block has no residual to fold in: a zero row broadcast with stride 0 costs no
+    # memory traffic in the kernel.
+    zero = torch.zeros(x.shape[-1], dtype=x.dtype, device=x.device).expand_as(x)
+    return add_bias_residual_layernorm(x, None, zero, weight, bias, NORM_EPS, backend=backend)
+
+
+# ----------------------------------------------------------------------------- attention
+
+
+def rope_cos_sin(seq_len: int, head_dim: int,
+                 device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin tables ``(seq, head_dim)`` of rotary embeddings, computed in fp32 so that the
+    angles stay exact whatever dtype the model runs in."""
+    inv_freq = ROPE_BASE ** (-torch.arange(0, head_dim, 2, device=device,
+                                           dtype=torch.float32) / head_dim)
+    angles = torch.outer(torch.arange(seq_len, device=device, dtype=torch.float32), inv_freq)
+    angles = torch.cat([angles, angles], dim=-1)  # the two halves rotate as pairs (i, i + d/2)
+    return angles.cos(), angles.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate each pair ``(x_i, x_{i+d/2})`` of ``x (B, H, T, d)`` by its position's angle."""
+    x1, x2 = x.chunk(2, dim=-1)
+    rotated = torch.cat([-x2, x1], dim=-1)
+    return (x.float() * cos + rotated.float() * sin).to(x.dtype)
+
+
+def window_mask(seq_len: int, window: int | None, device: torch.device) -> torch.Tensor:
+    """``(T, T)`` bool, True where query i may attend key j: ``i - window < j <= i``."""
+    i = torch.arange(seq_len, device=device)[:, None]
+    j = torch.arange(seq_len, device=device)[None, :]
+    allowed = j <= i
+    if window is not None:
+        allowed &= j > i - window
+    return allowed
+
+
+class CausalSelfAttention(nn.Module):
+    """Causal (optionally sliding-window) multi-head attention with grouped K/V heads."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.n_head, self.n_kv_head, self.head_dim = cfg.heads, cfg.kv_heads, cfg.head_dim
+        # Q, K, V in one GEMM: n_head query heads, n_kv_head key and value heads
+        self.qkv = nn.Linear(cfg.n_embd, (cfg.heads + 2 * cfg.kv_heads) * cfg.head_dim)
+        self.proj = nn.Linear(cfg.heads * cfg.head_dim, cfg.n_embd)  # residual projection
+        self.resid_dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, _ = x.shape
+        q, k, v = self.qkv(x).split([self.n_head * self.head_dim,
+                                     self.n_kv_head * self.head_dim,
+                                     self.n_kv_head * self.head_dim], dim=-1)
+        q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, d)
+        k = k.view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, H_kv, T, d)
+        v = v.view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
+        if self.cfg.rope:
+            cos, sin = rope_cos_sin(T, self.head_dim, x.device)
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if self.cfg.checkpointing == "selective" and torch.is_grad_enabled():
+            y = checkpoint(self.core, q, k, v, use_reentrant=False)
+        else:
+            y = self.core(q, k, v)
+        y = y.transpose(1, 2).reshape(B, T, self.n_head * self.head_dim)
+        return self.resid_dropout(self.proj(y))
+
+    def core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """softmax(q k^T / sqrt(d) + mask) v: the part selective checkpointing recomputes."""
+        T, window = q.shape[-2], self.cfg.sliding_window
+        dropout = self.cfg.dropout if self.training else 0.0
+        if window is not None and window >= T:
+            window = None  # the band covers the whole causal triangle
+        if self.cfg.fused:
+            mask = None if window is None else window_mask(T, window, q.device)
+            return F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=mask is None,
+                enable_gqa=self.n_kv_head != self.n_head)
+        groups = self.n_head // self.n_kv_head
+        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim))  # (B, H, T, T)
+        scores = scores.masked_fill(~window_mask(T, window, q.device), float("-inf"))
+        probs = F.dropout(torch.softmax(scores, dim=-1), dropout, self.training)
+        return probs @ v
+
+
+# ----------------------------------------------------------------------------- MLP
+
+
+class MLP(nn.Module):
+    """``down(gelu(up x))``, or SwiGLU ``down(silu(gate x) * up x)``."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.kind, self.fused = cfg.mlp, cfg.fused
+        n_in = 2 * cfg.ffn_hidden if cfg.mlp == "swiglu" else cfg.ffn_hidden  # swiglu: gate, up
+        self.up = nn.Linear(cfg.n_embd, n_in)
+        self.down = nn.Linear(cfg.ffn_hidden, cfg.n_embd)  # residual projection
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kind == "gelu":
+            if self.fused:  # the GEMM without its bias; bias + GELU as one epilogue
+                h = bias_gelu(F.linear(x, self.up.weight), self.up.bias,
+                              backend=_epilogue_backend(x, self.up.weight, self.up.bias))
+            else:
+                h = self.up(x)
+                h = 0.5 * h * (1.0 + torch.erf(h * (1.0 / math.sqrt(2.0))))  # exact GELU
+        else:
+            gate, up = self.up(x).chunk(2, dim=-1)
+            h = (F.silu(gate) if self.fused else gate * torch.sigmoid(gate)) * up
+        return self.dropout(self.down(h))
+
+
+# ----------------------------------------------------------------------------- block and model
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block. ``forward`` adds the residuals; the branches alone are
+    ``attn_branch`` and ``mlp_branch``."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.norm1 = Norm(cfg)
+        self.attn = CausalSelfAttention(cfg)
+        self.norm2 = None if cfg.parallel_block else Norm(cfg)  # parallel: one norm feeds both
+        self.mlp = MLP(cfg)
+
+    def attn_branch(self, x: torch.Tensor) -> torch.Tensor:
+        """attn(norm1(x)), without the residual."""
+        return self.attn(self.norm1(x))
+
+    def mlp_branch(self, x: torch.Tensor) -> torch.Tensor:
+        """mlp(norm2(x)) (norm1 in a parallel block), without the residual."""
+        return self.mlp((self.norm1 if self.norm2 is None else self.norm2)(x))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.cfg.checkpointing == "full" and torch.is_grad_enabled():
+            return checkpoint(self._residual_forward, x, use_reentrant=False)
+        return self._residual_forward(x)
+
+    def _residual_forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.norm2 is None:  # parallel: x + attn(ln x) + mlp(ln x), the norm computed once
+            h = self.norm1(x)
+            return x + self.attn(h) + self.mlp(h)
+        x = x + self.attn_branch(x)
+        return x + self.mlp_branch(x)
+
+
+class GPT(nn.Module):
+    """Token ids ``(B, T)`` -> next-token logits ``(B, T, vocab)`` (and the mean loss)."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.config = cfg
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        self.wpe = None if cfg.rope else nn.Embedding(cfg.block_size, cfg.n_embd)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.norm_f = Norm(cfg)
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        self.apply(self._init_weights)
+        # GPT-2: the projections that write into the residual stream are scaled down so that
+        # the stream's variance does not grow with depth
+        for block in self.blocks:
+            for proj in (block.attn.proj, block.mlp.down):
+                nn.init.normal_(proj.weight, std=INIT_STD / math.sqrt(2 * cfg.n_layer))
+        if cfg.tied_embeddings:
+            self.lm_head.weight = self.wte.weight
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=INIT_STD)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``targets`` ``(B, T)`` of next tokens, -1 where no loss counts."""
+        B, T = idx.shape
+        if T > self.config.block_size:
+            raise ValueError(f"sequence length {T} exceeds block_size={self.config.block_size}")
+        x = self.wte(idx)
+        if self.wpe is not None:
+            x = x + self.wpe(torch.arange(T, device=idx.device))
+        x = self.drop(x)
+        for block in self.blocks:
+            x = block(x)
+        logits = self.lm_head(self.norm_f(x))
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-1)
+        return logits, loss
+
+    def num_params(self, non_embedding: bool = True) -> int:
+        """Parameter count, a tied matrix once. ``non_embedding`` keeps only the weights that do
+        arithmetic (the 6N of a FLOP count): it drops the position table and the token table,
+        both mere lookups, except a tied token table, which is also the output GEMM (nanoGPT's
+        rule)."""
+        n = sum(p.numel() for p in self.parameters())  # parameters() yields a tied tensor once
+        if non_embedding:
+            if self.wpe is not None:
+                n -= self.wpe.weight.numel()
+            if not self.config.tied_embeddings:
+                n -= self.wte.weight.numel()
+        return n

@@ -1,0 +1,141 @@
+"""ONNX Runtime on the HF encoder, padded: what a CPU user reaches for first for BERT inference.
+
+The canonical model is exported once (``torch.onnx.export``, TorchScript exporter, dynamic batch
+and sequence axes, so one graph serves every point) and run by an ``InferenceSession`` with ORT's
+default graph optimizations (``ORT_ENABLE_ALL``: constant folding, GEMM and element-wise
+fusions, MLAS kernels). ``fusion = True`` additionally runs ORT's transformer optimizer
+(``onnxruntime.transformers.optimizer``, model type ``bert``: fused Attention, SkipLayerNorm,
+BiasGelu), which is the path ORT recommends for GPUs; on the 2-core CPU we measured it slower
+than the plain graph, so it is off by default and its record says which graph ran.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from suite.baselines.base import Baseline, Supports
+from suite.models import hf_inputs
+from suite.workloads import BertBatch
+
+PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
+OPSET = 17
+
+
+class _LastHiddenState(torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, names: list[str]) -> None:
+        super().__init__()
+        self.model, self.names = model, names
+
+    def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
+        return self.model(**dict(zip(self.names, tensors))).last_hidden_state
+
+
+class OnnxRuntime(Baseline):
+    """Padded: every position of the ``[B, S]`` batch is computed."""
+
+    name = "onnxruntime"
+    description = "ONNX Runtime (export of the HF encoder, ORT_ENABLE_ALL graph), padded"
+    supports = Supports(dtypes=("fp32",))  # an fp16 graph needs a conversion pass not done here
+    fusion = False  # see the module docstring
+
+    def available(self) -> tuple[bool, str]:
+        try:
+            import onnx  # noqa: F401  (the exporter needs it)
+            import onnxruntime  # noqa: F401
+        except Exception as e:  # noqa: BLE001 - a missing package is a reason, not a crash
+            return False, (f"onnxruntime or onnx cannot be imported ({type(e).__name__}: {e}); "
+                           "pip install 'seedbench[onnx]'")
+        return True, ""
+
+    def can_run(self, task: str, device: str, dtype: str) -> tuple[bool, str]:
+        ok, why = super().can_run(task, device, dtype)
+        if ok:
+            import onnxruntime as ort
+
+            if PROVIDERS[device] not in ort.get_available_providers():
+                return False, (f"onnxruntime {ort.__version__} has no {PROVIDERS[device]} "
+                               f"(has {ort.get_available_providers()})")
+        return ok, why
+
+    def prepare(self, model: torch.nn.Module, device: torch.device, dtype: torch.dtype) -> None:
+        import onnxruntime as ort
+
+        self.device = device
+        self.names = list(hf_inputs(model, *self._example()).keys())
+        workdir = Path(tempfile.mkdtemp(prefix="seedbench-onnx-"))
+        path = workdir / "encoder.onnx"
+        start = time.perf_counter()
+        self._export(model, path)
+        self.export_s = time.perf_counter() - start
+        self.fused_ops: dict[str, int] = {}
+        if self.fusion:
+            path = self._fuse(model, path)
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.intra_op_num_threads = torch.get_num_threads()
+        start = time.perf_counter()
+        self.session = ort.InferenceSession(str(path), options,
+                                            providers=[PROVIDERS[device.type]])
+        self.session_s = time.perf_counter() - start
+        self.version = ort.__version__
+
+    @staticmethod
+    def _example() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A small padded batch to trace; the axes are declared dynamic, and the correctness
+        gate checks the graph on the real batch."""
+        ids = torch.ones(2, 16, dtype=torch.long)
+        mask = torch.ones(2, 16, dtype=torch.long)
+        mask[1, 9:] = 0
+        return ids, mask, torch.zeros_like(ids)
+
+    def _export(self, model: torch.nn.Module, path: Path) -> None:
+        wrapped = _LastHiddenState(model, self.names).eval()
+        example = tuple(hf_inputs(model, *self._example()).values())
+        axes = {name: {0: "batch", 1: "seq"} for name in [*self.names, "last_hidden_state"]}
+        with torch.no_grad(), warnings.catch_warnings():
+            # The TorchScript exporter is deprecated in favour of the dynamo one (which needs
+            # onnxscript); it still exports this encoder exactly.
+            warnings.simplefilter("ignore")
+            torch.onnx.export(wrapped, example, str(path), dynamo=False, opset_version=OPSET,
+                              input_names=self.names, output_names=["last_hidden_state"],
+                              dynamic_axes=axes)
+        model.eval()  # the exporter restores the training flag it found; keep eval for certain
+
+    def _fuse(self, model: torch.nn.Module, path: Path) -> Path:
+        from onnxruntime.transformers import optimizer
+
+        c = model.config
+        fused = optimizer.optimize_model(str(path), model_type="bert",
+                                         num_heads=c.num_attention_heads,
+                                         hidden_size=c.hidden_size, opt_level=0)
+        self.fused_ops = {k: v for k, v in fused.get_fused_operator_statistics().items() if v}
+        out = path.with_name("encoder.fused.onnx")
+        fused.save_model_to_file(str(out))
+        return out
+
+    def run(self, batch: BertBatch) -> np.ndarray:
+        tensors = (batch.input_ids, batch.attention_mask, batch.token_type_ids)
+        feed = {name: t.cpu().numpy() for name, t in zip(("input_ids", "attention_mask",
+                                                           "token_type_ids"), tensors)
+                if name in self.names}
+        return self.session.run(None, feed)[0]
+
+    def details(self) -> dict[str, Any]:
+        return {"onnxruntime": self.version, "opset": OPSET, "provider": PROVIDERS[self.device.type],
+                "graph": "transformer-optimizer fused" if self.fusion else "ORT_ENABLE_ALL",
+                "fused_ops": self.fused_ops, "export_s": self.export_s,
+                "session_s": self.session_s}
+
+
+class OnnxRuntimeFused(OnnxRuntime):
+    name = "onnxruntime-fused"
+    description = ("ONNX Runtime with its BERT transformer optimizer (fused Attention, "
+                   "SkipLayerNorm, BiasGelu), padded")
+    fusion = True

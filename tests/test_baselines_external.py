@@ -1,0 +1,160 @@
+"""The external baseline (seedbench-external/1) with a real external program, its failure modes,
+and the cmake build of a source checkout; plus ONNX Runtime, the other non-torch runtime."""
+
+import json
+import shutil
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import TINY_MODEL
+
+from suite.baselines import registry
+from suite.baselines.external import STAMP, External, ExternalSpec, build
+from suite.config import BertDims, BertVarlenConfig, ConfigError
+from suite.experiments.bert_varlen import run_point
+from suite.models import canonical_model, hf_inputs
+from suite.records import Status
+from suite.workloads import bert_batch
+
+REPO = Path(__file__).resolve().parents[1]
+ADAPTER = REPO / "examples" / "external-hf" / "seedbench_external_hf.py"
+CMAKE_PROJECT = REPO / "tests" / "data" / "external_cmake"
+
+
+def cfg_with(tiny_cfg: BertVarlenConfig, **programs) -> BertVarlenConfig:
+    d = tiny_cfg.to_dict()
+    d["external"] = programs
+    d["baselines"] = [*d["baselines"], *(f"external-{n}" for n in programs)]
+    return BertVarlenConfig.from_dict(d)
+
+
+def script(*extra: str) -> dict:
+    return {"command": [sys.executable, str(ADAPTER), *extra]}
+
+
+def test_external_program_passes_the_gate_and_reports_its_own_timing(tiny_cfg):
+    cfg = cfg_with(tiny_cfg, hf=script())
+    rec = run_point(cfg, "external-hf", 3, 16, show_progress=False)
+    assert rec.status is Status.OK, rec.reason
+    assert rec.correctness["passed"] and rec.correctness["max_abs_err"] < 1e-4
+    assert rec.timing["timer"] == "reported by external-hf"
+    assert len(rec.timing["samples"]) >= cfg.timing.min_repeats
+    assert all(s > 0 for s in rec.timing["samples"])
+    assert rec.derived["padding_free"] is False  # what the program said of itself
+    assert rec.derived["system"]["program"] == "hf"
+
+
+def test_wrong_external_output_is_incorrect_and_not_timed(tiny_cfg):
+    rec = run_point(cfg_with(tiny_cfg, bad=script("--wrong")), "external-bad", 3, 16,
+                    show_progress=False)
+    assert rec.status is Status.INCORRECT
+    assert rec.correctness["max_abs_err"] == pytest.approx(0.1, rel=1e-3)
+    assert rec.timing == {}
+
+
+@pytest.mark.parametrize("code, expect", [
+    ("import sys; sys.exit(3)", "exited with 3"),
+    ("print('hello')", "did not print a JSON object"),
+    ("print('{\"protocol\": \"other/9\", \"status\": \"ok\"}')", "speaks protocol 'other/9'"),
+    ("print('{\"protocol\": \"seedbench-external/1\", \"status\": \"ok\", \"samples_s\": []}')",
+     "samples_s must be a non-empty list"),
+])
+def test_broken_programs_become_failed_records_with_the_reason(tiny_cfg, code, expect):
+    cfg = cfg_with(tiny_cfg, broken={"command": [sys.executable, "-c", code]})
+    rec = run_point(cfg, "external-broken", 3, 16, show_progress=False)
+    assert rec.status is Status.FAILED
+    assert expect in rec.reason
+
+
+def test_program_that_says_unavailable_is_unavailable(tiny_cfg):
+    code = ("import json; print(json.dumps({'protocol': 'seedbench-external/1', "
+            "'status': 'unavailable', 'reason': 'needs an sm_80 GPU'}))")
+    rec = run_point(cfg_with(tiny_cfg, gpu={"command": [sys.executable, "-c", code]}),
+                    "external-gpu", 3, 16, show_progress=False)
+    assert rec.status is Status.UNAVAILABLE
+    assert "needs an sm_80 GPU" in rec.reason
+
+
+def test_missing_command_or_unbuilt_source_is_unavailable_with_the_reason(tiny_cfg, tmp_path):
+    rec = run_point(cfg_with(tiny_cfg, ft={"command": ["/nonexistent/ft_bert"]}), "external-ft",
+                    3, 16, show_progress=False)
+    assert rec.status is Status.UNAVAILABLE and "not an executable" in rec.reason
+    assert "source" in rec.reason  # says how to get it built
+    spec = ExternalSpec("never_built_xyz", ("{build_dir}/bin/x",), source=str(tmp_path))
+    ok, why = External(spec).available()
+    assert not ok and "not built yet" in why and "external_build" in why
+    ok, why = registry.create("external").available()  # the bare entry point: nothing configured
+    assert not ok and "bert_varlen.external.<name>" in why
+
+
+def test_config_refuses_unconfigured_external_names(tiny_cfg):
+    d = tiny_cfg.to_dict()
+    d["baselines"] = [*d["baselines"], "external-ft"]
+    with pytest.raises(ConfigError, match=r"external-ft.*not configured"):
+        BertVarlenConfig.from_dict(d)
+    d["external"] = {"ft": {"command": []}}
+    with pytest.raises(ConfigError, match="command"):
+        BertVarlenConfig.from_dict(d)
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("cc") is None,
+                    reason="needs cmake and a C compiler")
+def test_cmake_build_then_run_the_built_binary(tiny_cfg, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # builds land in ./build/external/<name>
+    program = {"command": ["{build_dir}/launcher"], "source": str(CMAKE_PROJECT),
+               "cmake_args": [f"-DPYTHON={sys.executable}", f"-DADAPTER={ADAPTER}"]}
+    cfg = cfg_with(tiny_cfg, launcher=program)
+    before = run_point(cfg, "external-launcher", 3, 16, show_progress=False)
+    assert before.status is Status.UNAVAILABLE and "not built yet" in before.reason
+
+    from suite.baselines.external import spec_from_config
+
+    stamp = build(spec_from_config("launcher", cfg.external["launcher"]), jobs=2)
+    assert stamp == (tmp_path / "build" / "external" / "launcher" / STAMP).resolve()
+    meta = json.loads(stamp.read_text())
+    assert meta["source"] == str(CMAKE_PROJECT) and meta["cmake"].startswith("cmake version")
+    rec = run_point(cfg, "external-launcher", 3, 16, show_progress=False)
+    assert rec.status is Status.OK, rec.reason
+    assert rec.derived["system"]["command"] == [str(tmp_path / "build/external/launcher/launcher")]
+
+
+def test_build_refuses_a_source_without_cmakelists(tmp_path):
+    spec = ExternalSpec("x", ("{build_dir}/x",), source=str(tmp_path))
+    with pytest.raises(ValueError, match="no CMakeLists.txt"):
+        build(spec)
+    with pytest.raises(ValueError, match="no source"):
+        build(replace(spec, source=None))
+
+
+# --- ONNX Runtime -------------------------------------------------------------------------------
+
+onnx_ok, onnx_why = registry.create("onnxruntime").available()
+
+
+@pytest.mark.skipif(not onnx_ok, reason=onnx_why)
+@pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
+def test_onnxruntime_matches_hf_on_other_shapes_than_the_export(tiny_cfg):
+    model = canonical_model("bert", BertDims(**TINY_MODEL), 32)
+    system = registry.create("onnxruntime")
+    system.prepare(model, torch.device("cpu"), torch.float32)
+    for lengths, s in (([5, 0, 16, 1], 16), ([32, 7], 32)):  # exported at [2, 16]
+        batch = bert_batch(lengths, s, 100, seed=1)
+        with torch.inference_mode():
+            ref = model(**hf_inputs(model, batch.input_ids, batch.attention_mask,
+                                    batch.token_type_ids)).last_hidden_state
+        out = torch.from_numpy(system.run(batch))
+        valid = batch.attention_mask.bool()
+        assert (out - ref)[valid].abs().max() < 1e-4
+    assert system.details()["graph"] == "ORT_ENABLE_ALL"
+    rec = run_point(tiny_cfg, "onnxruntime", 3, 16, show_progress=False)
+    assert rec.status is Status.OK, rec.reason
+    assert rec.derived["system"]["export_s"] > 0
+
+
+@pytest.mark.skipif(not onnx_ok, reason=onnx_why)
+def test_onnxruntime_refuses_half_precision():
+    ok, why = registry.create("onnxruntime").can_run("bert-encoder", "cpu", "fp16")
+    assert not ok and "fp16" in why
