@@ -11,6 +11,7 @@ configfile: "workflows/config/smoke.yaml"
 include: "workflows/rules/common.smk"
 include: "workflows/rules/peak.smk"
 include: "workflows/rules/bert_varlen.smk"
+include: "workflows/rules/llm.smk"
 include: "workflows/rules/report.smk"
 
 

@@ -40,6 +40,25 @@ def main(argv: list[str] | None = None) -> int:
     peak.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     peak.add_argument("--out", type=Path, help="write JSON here (default: print)")
 
+    train = sub.add_parser("train", help="one training run under its launcher -> a record and "
+                                         "a JSON-lines step log (what the llm rules call)")
+    train.add_argument("experiment", help="experiment name in the record (llm_mfu, ...)")
+    train.add_argument("--trainer", required=True, help="a registered trainer (seedbench trainers)")
+    train.add_argument("--nprocs", type=int, default=1, help="processes per node")
+    train.add_argument("--train-json", required=True, help="the TrainConfig section as JSON")
+    train.add_argument("--check-steps", type=int, default=3)
+    train.add_argument("--peak", type=Path)
+    train.add_argument("--timeout-s", type=float, default=1800.0)
+    train.add_argument("--nnodes", type=int, default=1)
+    train.add_argument("--rdzv-endpoint", help="HOST:PORT every node reaches (multi-node)")
+    train.add_argument("--out", type=Path, required=True)
+    train.add_argument("--steplog", type=Path, required=True)
+
+    sub.add_parser("trainers", help="list registered training engines and whether they run here")
+    llm_table = sub.add_parser("llm-table", help="training records -> one tidy CSV")
+    llm_table.add_argument("records", nargs="*", type=Path)
+    llm_table.add_argument("--out", type=Path, required=True)
+
     ext = sub.add_parser("build-external",
                          help="cmake-build the source checkout of a configured external program")
     ext.add_argument("name", help="the program's key under bert_varlen.external")
@@ -60,9 +79,13 @@ def main(argv: list[str] | None = None) -> int:
     plot = sub.add_parser("plot", help="one experiment's tidy CSV -> a figure (PNG and SVG)")
     plot.add_argument("experiment", choices=sorted(EXPERIMENTS))
     plot.add_argument("--table", type=Path, required=True)
-    plot.add_argument("--paper", type=Path, required=True, help="the paper's latency table")
-    plot.add_argument("--claims", type=Path, required=True, help="the paper's claims table")
+    plot.add_argument("--paper", type=Path, help="the paper's numbers the figure shows beside")
+    plot.add_argument("--claims", type=Path, help="the paper's claims table")
     plot.add_argument("--out", type=Path, required=True, help="figure path without suffix")
+
+    scale = sub.add_parser("scale-model",
+                           help="the cluster-scale model vs MegaScale Table 2 and Fig. 9 -> CSV")
+    scale.add_argument("--out", type=Path, required=True)
 
     report = sub.add_parser("report", help="tidy CSVs + figures -> HTML report")
     report.add_argument("--section", nargs=3, action="append", required=True,
@@ -155,6 +178,61 @@ def _peak(args: argparse.Namespace) -> int:
     return 0
 
 
+def _train(args: argparse.Namespace) -> int:
+    """Launch the run (torchrun, the deepspeed launcher or one process) under supervision: a
+    crash, a hang past the limit (the whole process group is killed) or a missing record
+    becomes a failed record."""
+    from suite import env as envmod
+    from suite.experiments.llm_train import command
+    from suite.isolation import run_isolated
+    from suite.records import Record, Status
+
+    train = json.loads(args.train_json)
+
+    def failed(reason: str) -> Record:
+        return Record(args.experiment, args.trainer, {"nprocs": args.nprocs}, train,
+                      Status.FAILED, reason, env=envmod.capture(torch_info=False),
+                      created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+
+    inner = ["--section-json", args.train_json, "--trainer", args.trainer, "--out",
+             str(args.out), "--steplog", str(args.steplog), "--check-steps",
+             str(args.check_steps), "--experiment", args.experiment]
+    if args.peak:
+        inner += ["--peak", str(args.peak)]
+    cmd = command(args.trainer, args.nprocs, inner, nnodes=args.nnodes,
+                  rdzv_endpoint=args.rdzv_endpoint)
+    args.out.unlink(missing_ok=True)
+    args.steplog.parent.mkdir(parents=True, exist_ok=True)
+    run_isolated(cmd, args.out, failed, args.timeout_s)
+    if not args.steplog.exists():  # a run that failed before its first step: an empty log
+        args.steplog.touch()
+    return 0
+
+
+def _trainers(args: argparse.Namespace) -> int:
+    from suite import trainers
+
+    for name in trainers.names():
+        try:
+            engine = trainers.create(name)
+            ok, why = engine.available()
+            desc = engine.description
+        except Exception as e:  # noqa: BLE001 - a broken plugin is listed, not fatal
+            ok, why, desc = False, f"cannot load: {type(e).__name__}: {e}", ""
+        state = "available" if ok else f"unavailable: {why}"
+        print(f"{name:18s} {state}  {desc}")
+    return 0
+
+
+def _llm_table(args: argparse.Namespace) -> int:
+    from suite.analysis.llm_tables import llm_table
+
+    df = llm_table(args.records)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    df.to_csv(args.out, index=False)
+    return 0
+
+
 def _build_external(args: argparse.Namespace) -> int:
     from suite.baselines.external import build, spec_from_config
     from suite.config import BertVarlenConfig, ConfigError, load
@@ -226,8 +304,25 @@ def _plot(args: argparse.Namespace) -> int:
 
     from suite.analysis.plots import experiment_figure
 
-    experiment_figure(args.experiment, pd.read_csv(args.table), pd.read_csv(args.paper),
-                      pd.read_csv(args.claims), args.out)
+    def read(path: Path | None) -> pd.DataFrame | None:
+        return pd.read_csv(path) if path else None
+
+    experiment_figure(args.experiment, pd.read_csv(args.table), read(args.paper),
+                      read(args.claims), args.out)
+    return 0
+
+
+def _scale_model(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from suite.scale_model import predict_fig9, predict_table2
+
+    table = pd.concat([predict_table2().assign(figure="table2"),
+                       predict_fig9().assign(figure="fig9")], ignore_index=True)
+    table.insert(0, "experiment", "llm_scale")
+    table["status"] = "ok"
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    table.to_csv(args.out, index=False)
     return 0
 
 
@@ -242,7 +337,8 @@ def _report(args: argparse.Namespace) -> int:
 
 COMMANDS = {"run": _run, "peak": _peak, "env": _env, "baselines": _baselines,
             "experiments": _experiments, "build-external": _build_external, "table": _table,
-            "plot": _plot, "report": _report}
+            "train": _train, "trainers": _trainers, "llm-table": _llm_table,
+            "plot": _plot, "scale-model": _scale_model, "report": _report}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -4,6 +4,8 @@ becomes a ``failed`` record instead of taking the workflow (or other baselines) 
 from __future__ import annotations
 
 import collections
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -20,7 +22,9 @@ def run_isolated(cmd: list[str], out: Path, failed: Callable[[str], Record],
     """Run ``cmd``, which must write the record ``out``; if it dies or hangs without writing it,
     write ``failed(reason)`` there instead. The child's stderr is passed through."""
     tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, errors="replace")
+    # Its own process group: a launcher's workers (torchrun) are killed with it on a timeout.
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, errors="replace",
+                            start_new_session=True)
     reader = threading.Thread(target=_pump, args=(proc.stderr, tail), daemon=True)
     reader.start()
     try:
@@ -29,7 +33,10 @@ def run_isolated(cmd: list[str], out: Path, failed: Callable[[str], Record],
         if code < 0:
             reason = f"process killed by signal {-code} (out of memory, or a crash)"
     except subprocess.TimeoutExpired:
-        proc.kill()
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         proc.wait()
         code, reason = 124, f"timed out after {timeout_s:g} s"
     reader.join(timeout=5)

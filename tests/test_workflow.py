@@ -63,6 +63,16 @@ def tiny_config(baselines, studies=True):
             "fixed_length": one_point,
             "variants": {**one_point, "models": ["albert", "distilbert", "deberta"]},
         },
+        "llm": {
+            "enabled": studies, "nprocs": 2,
+            "train": {"seq_len": 16, "global_batch": 4, "steps": 4, "warmup_steps": 1,
+                      "threads": 1},
+            "sizes": {"t": {"n_layer": 1, "n_embd": 32, "n_head": 2}},
+            "mfu": {"sizes": ["t"], "trainers": ["single", "ddp"]},
+            "engines": {"size": "t", "trainers": ["fsdp2", "zero1"]},
+            "ablation": {"size": "t", "sliding_window": 8},
+            "loss": {"size": "t", "steps": 6, "eval_batches": 2},
+        },
     }
 
 
@@ -201,6 +211,26 @@ def test_workflow_end_to_end(workdir):
     assert "nonexistent-framework" in html
     assert f"{ref.median_ms:.2f}" in html
     assert "<svg" in html and cpu_model() in html
+
+    # MegaScale: every training run passed its gate against the single-process run and has
+    # MFU against the measured peak; the report has the sections, the scale model's error too
+    llm = {p.relative_to(results).as_posix(): read_record(p)
+           for p in results.glob("llm_*/*/*.json")}
+    assert len(llm) == 2 + 2 + 7 + 2
+    for path, rec in llm.items():
+        assert rec.status.value == "ok", (path, rec.reason)
+        assert rec.derived["mfu"]["peak_source"].startswith("measured fp32")
+        steps = (results / path).with_suffix(".steps.jsonl").read_text().splitlines()
+        assert len(steps) == rec.config["steps"]
+        if not path.startswith("llm_loss"):
+            assert rec.correctness["passed"] is True
+    assert llm["llm_engines/t/zero1.json"].point["world_size"] == 2
+    assert llm["llm_loss/lamb-b12/single.json"].derived["eval_loss"] > 0
+    ablation = pd.read_csv(results / "llm_ablation" / "table.csv")
+    assert list(ablation.step) == list(range(7)) and ablation.mfu_fixed_percent.notna().all()
+    for experiment in ("llm_mfu", "llm_engines", "llm_ablation", "llm_loss", "llm_scale"):
+        assert f'<h2 id="{experiment}">' in html
+    assert "Held-out error: Megatron-LM" in html and "Gain of each step in MFU points" in html
 
     # a second run with nothing changed does no work
     mtimes = {p: p.stat().st_mtime_ns for p in results.rglob("*.json")}

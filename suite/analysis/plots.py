@@ -183,11 +183,15 @@ def _save(fig, out: Path) -> list[Path]:
     return paths
 
 
-def experiment_figure(experiment: str, table: pd.DataFrame, paper: pd.DataFrame,
-                      claims: pd.DataFrame, out: Path) -> list[Path]:
+def experiment_figure(experiment: str, table: pd.DataFrame, paper: pd.DataFrame | None,
+                      claims: pd.DataFrame | None, out: Path) -> list[Path]:
     """The figure of one experiment's tidy table."""
     from reference_impl import LADDER
 
+    if experiment.startswith("llm_"):
+        from suite.analysis.llm_plots import llm_figure
+
+        return llm_figure(experiment, table, paper, out)
     if experiment == "bert_varlen":
         return latency_figure(table, paper, out)
     if experiment == "bert_fixed":

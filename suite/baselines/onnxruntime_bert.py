@@ -21,20 +21,12 @@ import numpy as np
 import torch
 
 from suite.baselines.base import Baseline, Supports
+from suite.baselines.torch_hf import LastHiddenState
 from suite.models import hf_inputs
 from suite.workloads import BertBatch
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 OPSET = 17
-
-
-class _LastHiddenState(torch.nn.Module):
-    def __init__(self, model: torch.nn.Module, names: list[str]) -> None:
-        super().__init__()
-        self.model, self.names = model, names
-
-    def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
-        return self.model(**dict(zip(self.names, tensors))).last_hidden_state
 
 
 class OnnxRuntime(Baseline):
@@ -96,7 +88,7 @@ class OnnxRuntime(Baseline):
         return ids, mask, torch.zeros_like(ids)
 
     def _export(self, model: torch.nn.Module, path: Path) -> None:
-        wrapped = _LastHiddenState(model, self.names).eval()
+        wrapped = LastHiddenState(model, self.names).eval()
         example = tuple(hf_inputs(model, *self._example()).values())
         axes = {name: {0: "batch", 1: "seq"} for name in [*self.names, "last_hidden_state"]}
         with torch.no_grad(), warnings.catch_warnings():

@@ -55,7 +55,7 @@ class TorchSdpa(TorchEager):
         super().prepare(model, device, dtype)
 
 
-class _LastHiddenState(torch.nn.Module):
+class LastHiddenState(torch.nn.Module):
     """HF model -> a plain tensor function of positional tensors, which tracing needs."""
 
     def __init__(self, model: torch.nn.Module, names: list[str]) -> None:
@@ -86,7 +86,7 @@ class TorchJit(TorchEager):
 
     def _script(self, batch: BertBatch) -> torch.jit.ScriptModule:
         kwargs = self.inputs(batch)
-        module = _LastHiddenState(self.model, list(kwargs)).eval()
+        module = LastHiddenState(self.model, list(kwargs)).eval()
         start = time.perf_counter()
         with torch.no_grad(), warnings.catch_warnings():
             # Python ints of shapes become constants: intended, the trace is per shape. TorchScript

@@ -11,4 +11,10 @@ EXPERIMENTS = {
     "bert_variants": "ALBERT, DistilBERT, DeBERTa: padded HF vs padding-free",
     "bert_mha": "attention: varlen vs padded MHA (matmul+mask+softmax+matmul) and padded SDPA",
     "bert_fused_ops": "add-bias+LayerNorm and GEMM+bias+GELU: fused vs unfused",
+    "llm_mfu": "GPT training MFU and tokens/s: model sizes x distributed engines (MegaScale)",
+    "llm_engines": "DDP, FSDP2 and DeepSpeed ZeRO-1/2/3 at equal model and global batch",
+    "llm_ablation": "MegaScale's optimizations one after another, beside its Table 3",
+    "llm_loss": "loss sanity on real text: AdamW vs LAMB at a larger batch, equal tokens",
+    "llm_scale": "MegaScale at cluster scale, on paper: an analytical model against Table 2 and "
+                 "Figure 9",
 }

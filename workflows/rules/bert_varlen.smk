@@ -60,6 +60,8 @@ rule bert_table:
         bert_records,
     output:
         f"{RESULTS}/{{experiment}}/table.csv",
+    wildcard_constraints:
+        experiment=r"bert_[a-z_]+",
     log:
         f"{RESULTS}/logs/{{experiment}}/table.log",
     params:

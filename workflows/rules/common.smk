@@ -6,6 +6,8 @@ from snakemake.utils import validate
 
 from suite import config as suite_config
 from suite.baselines import registry
+from suite.experiments import llm_plan
+from suite.trainers import registry as trainer_registry
 from suite.config import BertVarlenConfig
 from suite.env import machine_slug
 
@@ -30,12 +32,16 @@ try:
     registry.check_names(BERT.registered_baselines())
 except (suite_config.ConfigError, KeyError) as e:
     raise WorkflowError(f"bert_varlen: {e.args[0]}")
+try:
+    trainer_registry.check_names(llm_plan.trainers(config))
+except (suite_config.ConfigError, KeyError) as e:
+    raise WorkflowError(f"llm: {e.args[0]}")
 
 
 wildcard_constraints:
     baseline=r"[a-z0-9][a-z0-9_-]*",
     batch=r"\d+",
-    experiment=r"bert_[a-z_]+",
+    experiment=r"(bert|llm)_[a-z_]+",
     subject=r"[a-z0-9_]+",
     max_len=r"\d+",
     program=r"[a-z0-9][a-z0-9_]*",

@@ -1,0 +1,93 @@
+"""Training records -> one tidy table (a row per run), and the ablation beside MegaScale Table 3.
+
+MFU and HFU come from the records, which name their FLOP formula and peak. For the ablation the
+table adds ``mfu_fixed_percent``: tokens/s times the baseline step's model FLOPs per token, so that
+steps which change the FLOP count (a sliding window does fewer attention FLOPs) are compared on
+throughput alone, as the paper's ladder is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import pandas as pd
+
+from suite.experiments.llm_plan import ABLATION
+from suite.records import read_record
+
+
+def llm_row(path: Path) -> dict:
+    rec = read_record(path)
+    stats = rec.timing.get("stats", {})
+    d, c = rec.derived, rec.correctness
+    mfu, hfu = d.get("mfu") or {}, d.get("hfu") or {}
+    return {
+        "experiment": rec.experiment, "label": Path(path).parent.name, "baseline": rec.baseline,
+        "status": rec.status.value, "reason": rec.reason,
+        "model": rec.point.get("model"), "n_params": rec.point.get("n_params"),
+        "world_size": rec.point.get("world_size"), "global_batch": rec.point.get("global_batch"),
+        "seq_len": rec.point.get("seq_len"), "dtype": rec.point.get("dtype"),
+        "optimizer": rec.config.get("optimizer"), "lr": rec.config.get("lr"),
+        "median_step_ms": stats["median"] * 1e3 if "median" in stats else None,
+        "ci_low_ms": stats["ci_low"] * 1e3 if "ci_low" in stats else None,
+        "ci_high_ms": stats["ci_high"] * 1e3 if "ci_high" in stats else None,
+        "iqr_ms": stats["iqr"] * 1e3 if "iqr" in stats else None,
+        "cv": stats.get("cv"), "n_samples": stats.get("n"),
+        "tokens_per_s": d.get("tokens_per_s"), "flops_per_token": d.get("flops_per_token"),
+        "mfu_percent": mfu.get("percent"), "hfu_percent": hfu.get("percent"),
+        "flop_formula": mfu.get("formula"), "peak_flops": mfu.get("peak_flops"),
+        "peak_source": mfu.get("peak_source") or d.get("peak_note"),
+        "peak_mem_mb": d["peak_mem_bytes"] / 2**20 if d.get("peak_mem_bytes") else None,
+        "first_loss": d.get("first_loss"), "final_loss": d.get("final_loss"),
+        "eval_loss": d.get("eval_loss"), "tokens_seen": d.get("tokens_seen"),
+        "gate_passed": c.get("passed"), "gate_max_rel_diff": c.get("max_rel_diff"),
+        "steplog": d.get("steplog"),
+        "machine": rec.env.get("machine"), "config_hash": rec.config_hash,
+        "git_commit": rec.env.get("git", {}).get("commit"), "created_at": rec.created_at,
+        "record": str(path),
+    }
+
+
+def llm_table(paths: Iterable[str | Path]) -> pd.DataFrame:
+    df = pd.DataFrame([llm_row(Path(p)) for p in paths])
+    if df.empty or df.experiment.iloc[0] != "llm_ablation":
+        return df
+    return ablation_columns(df)
+
+
+def ablation_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """Step order and name, the paper's rows for the step, and MFU at the baseline's FLOP count."""
+    df = df.copy()
+    df["step"] = df.label.str.split("-", n=1).str[0].astype(int)
+    df["technique"] = [ABLATION[i][1] for i in df.step]
+    df["paper_steps"] = [",".join(map(str, ABLATION[i][2])) for i in df.step]
+    base = df[(df.step == 0) & (df.status == "ok")]
+    if base.empty:
+        df["mfu_fixed_percent"] = None
+    else:
+        fpt = base.flops_per_token.iloc[0]
+        df["mfu_fixed_percent"] = 100 * df.tokens_per_s * fpt / df.peak_flops
+    return df.sort_values("step").reset_index(drop=True)
+
+
+def ablation_vs_paper(table: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
+    """Each measured step's gain in MFU points over the previous step, beside the paper's gain
+    for the same techniques (the sum of its Table 3 rows' gains); the compile step has none."""
+    paper = paper.set_index("step")
+    gains = paper.mfu_percent.diff().fillna(0.0)
+    ok = table[table.status == "ok"].sort_values("step")
+    rows, previous = [], None
+    for _, r in ok.iterrows():
+        steps = [int(s) for s in str(r.paper_steps).split(",") if s not in ("", "nan")]
+        rows.append({"step": r.step, "technique": r.technique,
+                     "mfu_fixed_percent": r.mfu_fixed_percent,
+                     "gain_points": (None if previous is None
+                                     else r.mfu_fixed_percent - previous),
+                     "paper_rows": ", ".join(paper.technique[s] for s in steps if s in paper.index),
+                     "paper_gain_points": (float(sum(gains[s] for s in steps))
+                                           if steps and r.step > 0 else None),
+                     "paper_mfu_percent": (float(paper.mfu_percent[max(steps)])
+                                           if steps else None)})
+        previous = r.mfu_fixed_percent
+    return pd.DataFrame(rows)

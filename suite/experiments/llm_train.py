@@ -1,0 +1,766 @@
+"""MegaScale's training measurement: a GPT trained by one engine (``suite.trainers``) on one or
+more ranks, timed per optimizer step, with MFU/HFU against a named peak.
+
+Every rank runs this module (``command`` builds the launcher line)::
+
+    python -m suite.experiments.llm_train --section-json JSON --trainer NAME \\
+        --out RECORD.json --steplog STEPS.jsonl [--peak PEAK.json] [--check-steps K]
+
+Flow of a run:
+
+1. The process group comes from the launcher's environment (``RANK``, ``WORLD_SIZE``,
+   ``LOCAL_RANK``, ``MASTER_ADDR``/``PORT``): gloo on CPU, nccl on CUDA. Without a launcher the
+   run is one rank; an engine other than ``single`` then gets a one-rank gloo/nccl group.
+2. Data: every rank draws the same seeded stream of *global* batches (``global_batch``
+   sequences of ``seq_len``) and takes the contiguous block of rows ``[r*b, (r+1)*b)``,
+   ``b = global_batch / world_size``. The global batch is thus the same whatever the world size,
+   and an engine that averages the ranks' gradients computes the single-process step.
+3. Correctness gate (``check_steps`` K > 0): rank 0 first trains the plain model in its own
+   process (``single`` engine, fp32, same seed, so the same initial weights, same global
+   batches) for K steps; then all ranks build the model and the engine and train K steps on the
+   same batches. If any of the engine's K global-batch losses differs from the reference by more
+   than ``TOLERANCE[dtype]`` (relative), or any pre-clip gradient norm by more than
+   ``GRAD_NORM_TOLERANCE[dtype]``, the record is "incorrect" and nothing is timed. The
+   check steps are not logged; the timed run continues from the checked state with the next
+   batches (the check doubles as the engine's warm-up of lazy initialization).
+4. ``steps`` logged steps, the first ``warmup_steps`` of them excluded from the statistics. A
+   step is timed on rank 0 with ``perf_counter`` around ``train_step``; the step's end is
+   synchronized across ranks without a barrier, because ``train_step`` returns the loss
+   all-reduced after the optimizer step (``.item()`` waits for it, and for the GPU).
+5. Rank 0 appends one line per step to the step log (``suite.steplog``) and writes the record.
+
+MFU/HFU use ``suite.mfu.count_flops`` of the model's ``TransformerShape`` (no causal halving,
+LM head included; the checkpointing mode is the recompute counted in HFU) and a peak from the
+JSON of ``seedbench peak``, never a guess: on CPU, the measured matmul peak of the run's dtype,
+with all ranks' threads on a node together counted as ONE device (the peak was measured with the
+machine's threads in one process; a bf16 run needs a measured bf16 entry); on CUDA the per-GPU
+datasheet peak (else the measured one) times the world size. Without a peak file MFU is null
+and the record says why.
+
+Failures: any exception becomes a "failed" record written by rank 0. A rank other than 0 that
+fails writes its reason to ``RECORD.json.rank<r>.error`` and exits with status 0, so that the
+launcher does not kill rank 0 before it records the failure (its next collective fails on the
+closed connection, or times out after ``timeout_s``), and rank 0's record includes that reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import resource
+import shutil
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from reference_impl.gpt import GPT, GPTConfig
+from suite import env as envmod
+from suite import steplog as sl
+from suite.config import ConfigError
+from suite.mfu import FlopCount, MfuFigure, TransformerShape, count_flops, mfu_figure
+from suite.records import Record, Status, write_record
+from suite.stats import summarize
+from suite.trainers import create as create_trainer
+from suite.trainers.base import OPTIMIZERS, DistInfo, StepResult, Trainer, env_rank
+
+EXPERIMENT = "llm_train"
+MODULE = "suite.experiments.llm_train"
+DTYPES = ("fp32", "bf16")
+DATA = ("synthetic", "text")
+DEVICES = ("auto", "cpu", "cuda")
+DEFAULT_CHECK_STEPS = 3
+# Relative tolerances of the correctness gate against the fp32 single-process reference.
+# fp32: engines differ from the reference only in summation order (gradient all-reduce, sharded
+# norms): measured <= 1e-7 (loss) and <= 2e-7 (gradient norm) after 3 steps on CPU. bf16: the
+# engine computes in bf16 (8 mantissa bits) against fp32; measured up to 1.5e-4 (loss) and 3e-3
+# (norm) on a 2-layer GPT, growing with depth and width, hence 1e-2 and 5e-2. fp32 is the sharp
+# check (it flags ZeRO + LAMB's per-partition trust ratio: 8e-4 loss, 7e-2 norm); bf16 only
+# catches gross errors.
+# The gradient norm is compared because Adam and LAMB are invariant to a constant gradient
+# scale: a wrong average (a sum over ranks, a missing 1/world) leaves the losses untouched and
+# shows only in the pre-clip norm.
+TOLERANCE = {"fp32": 1e-4, "bf16": 1e-2}
+GRAD_NORM_TOLERANCE = {"fp32": 1e-3, "bf16": 5e-2}
+# GPTConfig fields a section may set; dropout is left out: each rank would draw its own masks,
+# and no engine could match the single-process reference.
+MODEL_KEYS = tuple(f.name for f in dataclasses.fields(GPTConfig) if f.name != "dropout")
+DEFAULT_MODEL = {"n_layer": 4, "n_embd": 256, "n_head": 4, "vocab_size": 256}
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The ``llm_train`` config section. ``model`` holds GPTConfig fields; ``block_size``
+    defaults to ``seq_len``. ``global_batch`` is sequences per optimizer step over all ranks;
+    ``steps`` counts the logged steps including ``warmup_steps``. ``threads`` per rank, 0 = the
+    usable cores // world size. The learning rate is constant (no schedule)."""
+    model: GPTConfig = field(default_factory=lambda: GPTConfig(**DEFAULT_MODEL, block_size=256))
+    seq_len: int = 256
+    global_batch: int = 8
+    optimizer: str = "adamw"
+    lr: float = 1e-3
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.95)
+    grad_clip: float = 1.0  # 0 = no clipping (the norm is still logged)
+    steps: int = 20
+    warmup_steps: int = 5
+    dtype: str = "fp32"
+    data: str = "synthetic"
+    seed: int = 0
+    compile: bool = False
+    ddp_overlap: bool = True  # ddp: all-reduce overlapping backward, or after it
+    bucket_cap_mb: float = 25.0  # ddp bucket size (both overlap modes)
+    threads: int = 0
+    device: str = "auto"
+    timeout_s: float = 600.0  # collective timeout: how long a rank waits for a failed peer
+    eval_batches: int = 0  # held-out batches evaluated after training (text: the held-out split)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
+        if not isinstance(d, dict):
+            raise ConfigError(f"llm_train section must be a mapping, got {type(d).__name__}")
+        valid = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(d) - set(valid))
+        if unknown:
+            raise ConfigError(f"llm_train: unknown key(s) {unknown}; valid: {valid}")
+        kw = dict(d)
+        model = dict(DEFAULT_MODEL, **kw.pop("model", {}) or {})
+        bad = sorted(set(model) - set(MODEL_KEYS))
+        if bad:
+            raise ConfigError(f"llm_train.model: unknown key(s) {bad}; valid: {list(MODEL_KEYS)}")
+        seq_len = kw.get("seq_len", cls.seq_len)
+        _positive_int("seq_len", seq_len)
+        model.setdefault("block_size", seq_len)
+        try:
+            kw["model"] = GPTConfig(**model)
+        except (ValueError, TypeError) as e:
+            raise ConfigError(f"llm_train.model: {e}") from None
+        if "betas" in kw:
+            betas = kw["betas"]
+            if (not isinstance(betas, (list, tuple)) or len(betas) != 2
+                    or not all(_is_real(b) and 0 <= b < 1 for b in betas)):
+                raise ConfigError(f"llm_train.betas={betas!r} must be two numbers in [0, 1)")
+            kw["betas"] = (float(betas[0]), float(betas[1]))
+        return cls(**kw)
+
+    def __post_init__(self) -> None:
+        for name in ("seq_len", "global_batch", "steps"):
+            _positive_int(name, getattr(self, name))
+        for name in ("warmup_steps", "seed", "threads", "eval_batches"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"llm_train.{name}={value!r} must be an int >= 0")
+        if self.warmup_steps >= self.steps:
+            raise ConfigError(f"llm_train.warmup_steps={self.warmup_steps} must be < "
+                              f"steps={self.steps}: no step would be measured")
+        for name, value, choices in (("optimizer", self.optimizer, OPTIMIZERS),
+                                     ("dtype", self.dtype, DTYPES), ("data", self.data, DATA),
+                                     ("device", self.device, DEVICES)):
+            if value not in choices:
+                raise ConfigError(f"llm_train.{name}={value!r} is not one of {list(choices)}")
+        for name in ("lr", "bucket_cap_mb", "timeout_s"):
+            value = getattr(self, name)
+            if not _is_real(value) or not math.isfinite(value) or value <= 0:
+                raise ConfigError(f"llm_train.{name}={value!r} must be a positive number")
+        for name in ("weight_decay", "grad_clip"):
+            value = getattr(self, name)
+            if not _is_real(value) or not math.isfinite(value) or value < 0:
+                raise ConfigError(f"llm_train.{name}={value!r} must be a number >= 0")
+        for name in ("compile", "ddp_overlap"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"llm_train.{name}={getattr(self, name)!r} must be true or "
+                                  f"false")
+        if self.seq_len > self.model.block_size:
+            raise ConfigError(f"llm_train.seq_len={self.seq_len} exceeds "
+                              f"model.block_size={self.model.block_size}")
+        if self.data == "text" and self.model.vocab_size < 256:
+            raise ConfigError(f"llm_train.data='text' is byte-tokenized (ids 0..255) but "
+                              f"model.vocab_size={self.model.vocab_size} < 256")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["model"] = {k: v for k, v in dataclasses.asdict(self.model).items() if k in MODEL_KEYS}
+        d["betas"] = list(self.betas)
+        return d
+
+    def shape(self) -> TransformerShape:
+        m = self.model
+        return TransformerShape(layers=m.layers, hidden=m.width, heads=m.heads,
+                                kv_heads=m.kv_heads, head_dim=m.head_dim,
+                                ffn_hidden=m.ffn_hidden, mlp=m.mlp, vocab=m.vocab,
+                                seq_len=self.seq_len, sliding_window=m.sliding_window,
+                                tied_embeddings=m.tied)
+
+    def flops(self) -> FlopCount:
+        return count_flops(self.shape(), causal_halving=False, include_embeddings=True,
+                           recompute=self.model.checkpointing)
+
+    def size_label(self) -> str:
+        m = self.model
+        return f"gpt-{m.n_layer}L-{m.n_embd}d-{m.n_head}h"
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _positive_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"llm_train.{name}={value!r} must be a positive int")
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def global_batches(cfg: TrainConfig) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """The run's stream of global batches, on CPU, identical on every rank."""
+    from suite.corpus import synthetic_batches, text_batches
+
+    if cfg.data == "synthetic":
+        return synthetic_batches(cfg.model.vocab_size, cfg.global_batch, cfg.seq_len, cfg.seed)
+    return text_batches("train", cfg.global_batch, cfg.seq_len, cfg.seed)
+
+
+def heldout_batches(cfg: TrainConfig) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """A fixed held-out set: the text corpus's held-out split, or synthetic tokens from another
+    seed; the same batches for every run of the same seq_len and global batch."""
+    from suite.corpus import synthetic_batches, text_batches
+
+    if cfg.data == "synthetic":
+        return synthetic_batches(cfg.model.vocab_size, cfg.global_batch, cfg.seq_len,
+                                 seed=HELDOUT_SEED)
+    return text_batches("val", cfg.global_batch, cfg.seq_len, seed=HELDOUT_SEED)
+
+
+HELDOUT_SEED = 1_000_003
+
+
+def rank_slice(batch: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
+    """Rank r's contiguous block of rows ``[r*b, (r+1)*b)`` of a global batch."""
+    if batch.shape[0] % world_size:
+        raise ValueError(f"global batch of {batch.shape[0]} rows does not split over "
+                         f"{world_size} ranks")
+    b = batch.shape[0] // world_size
+    return batch[rank * b:(rank + 1) * b]
+
+
+# ----------------------------------------------------------------------------- distributed
+
+
+def resolve_device(name: str, local_rank: int) -> torch.device:
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError("device 'cuda' requested but torch.cuda.is_available() is False")
+        return torch.device("cuda", local_rank % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+def init_distributed(cfg: TrainConfig, trainer: Trainer) -> tuple[DistInfo, bool, list[str]]:
+    """The rank's DistInfo, whether this call created the process group (to destroy), and the
+    environment variables it set (to remove again)."""
+    rank, world, local = env_rank()
+    device = resolve_device(cfg.device, local)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if trainer.launcher == "single":
+        if world != 1:
+            raise ValueError(f"trainer {trainer.name!r} runs one process but WORLD_SIZE={world}; "
+                             f"launch it without torchrun/deepspeed")
+        return DistInfo.single(device), False, []
+    tdist = torch.distributed
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    timeout = timedelta(seconds=cfg.timeout_s)
+    if tdist.is_initialized():
+        return DistInfo(tdist.get_rank(), tdist.get_world_size(), local, device,
+                        tdist.get_backend()), False, []
+    env_set: list[str] = []
+    if "MASTER_ADDR" in os.environ and "RANK" in os.environ:
+        tdist.init_process_group(backend, timeout=timeout)
+    else:  # no launcher: a one-rank group on a free local port
+        tdist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{_free_port()}",
+                                 rank=0, world_size=1, timeout=timeout)
+        # DeepSpeed reads the launcher's variables even when the group exists
+        for k, v in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}.items():
+            if k not in os.environ:
+                os.environ[k] = v
+                env_set.append(k)
+    return (DistInfo(tdist.get_rank(), tdist.get_world_size(), local, device, backend), True,
+            env_set)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _broadcast(obj: Any, dist: DistInfo) -> Any:
+    if not dist.distributed or dist.world_size == 1:
+        return obj
+    box = [obj]
+    torch.distributed.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def _gather(obj: Any, dist: DistInfo) -> list[Any]:
+    if not dist.distributed or dist.world_size == 1:
+        return [obj]
+    out: list[Any] = [None] * dist.world_size
+    torch.distributed.all_gather_object(out, obj)
+    return out
+
+
+# ----------------------------------------------------------------------------- measurements
+
+
+def peak_memory(device: torch.device) -> tuple[int, str]:
+    """This rank's peak memory in bytes, and what that number is."""
+    if device.type == "cuda":
+        return (torch.cuda.max_memory_allocated(device),
+                "torch.cuda.max_memory_allocated (tensors of this rank's GPU)")
+    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    return (kib * 1024, "ru_maxrss: high-water resident set of this rank's process (CPU; "
+                        "includes the interpreter, and on rank 0 the reference run)")
+
+
+@dataclass(frozen=True)
+class Peak:
+    """The denominator of MFU: per-device FLOP/s, device count, where it comes from."""
+    flops_per_device: float
+    n_devices: int
+    source: str
+
+
+def resolve_peak(peak: dict[str, Any] | None, dtype: str, device: torch.device,
+                 world_size: int, threads_per_node: int, nodes: int = 1
+                 ) -> tuple[Peak | None, str]:
+    """The peak to divide by, and a note; (None, why) when there is none to use. On CPU each
+    node (all its ranks' threads together) is one device."""
+    if peak is None:
+        return None, "no peak given (run `seedbench peak` and pass --peak): MFU not computed"
+    if peak.get("device_type") != device.type:
+        return None, (f"peak file is for device_type={peak.get('device_type')!r}, the run is on "
+                      f"{device.type!r}: MFU not computed")
+    entry = peak.get("peaks", {}).get(dtype)
+    if entry is None:
+        return None, (f"peak file has no {dtype} entry (has {sorted(peak.get('peaks', {}))}; "
+                      f"run `seedbench peak --dtypes {dtype}`): MFU not computed")
+    name = peak.get("device", "?")
+    if device.type == "cpu":
+        measured = entry["measured"]["flops_per_s"]
+        note = (f"CPU: the {threads_per_node} threads of a node's ranks count as one device "
+                f"({nodes} node(s)), against the measured {dtype} matmul peak of {name} with "
+                f"{peak.get('threads')} threads")
+        if peak.get("threads") != threads_per_node:
+            note += (f"; WARNING: the run uses {threads_per_node} threads per node, the peak was "
+                     f"measured with {peak.get('threads')}")
+        return Peak(measured, nodes, f"measured {dtype} matmul peak, {name}, "
+                                     f"{peak.get('threads')} threads (seedbench peak)"), note
+    from suite.peak import datasheet_peak
+
+    sheet = entry.get("datasheet") or datasheet_peak(name, dtype)
+    if sheet:
+        return (Peak(sheet["flops_per_s"], world_size,
+                     f"{sheet['device']} {dtype} {sheet['source']}"),
+                f"CUDA: datasheet peak per GPU x {world_size} GPUs")
+    return (Peak(entry["measured"]["flops_per_s"], world_size,
+                 f"measured {dtype} matmul peak, {name} (seedbench peak)"),
+            f"CUDA: no datasheet peak for {name}; measured peak per GPU x {world_size} GPUs")
+
+
+def utilization(tokens_per_s: float, flops: FlopCount, peak: Peak | None
+                ) -> tuple[MfuFigure | None, MfuFigure | None]:
+    if peak is None or not tokens_per_s > 0 or not math.isfinite(tokens_per_s):
+        return None, None
+    common = dict(n_devices=peak.n_devices, peak_flops=peak.flops_per_device,
+                  peak_source=peak.source)
+    return (mfu_figure(tokens_per_s, flops.model_flops_per_token, flops.formula, kind="MFU",
+                       **common),
+            mfu_figure(tokens_per_s, flops.hardware_flops_per_token, flops.formula, kind="HFU",
+                       **common))
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+def build_model(cfg: TrainConfig, device: torch.device) -> GPT:
+    """The same initial weights on every rank and in the reference: seeded CPU init."""
+    torch.manual_seed(cfg.seed)
+    return GPT(cfg.model).to(device)
+
+
+def reference_steps(cfg: TrainConfig, steps: int, device: torch.device
+                    ) -> list[StepResult]:
+    """Losses and gradient norms of the plain single-process fp32 model on the first ``steps``
+    global batches."""
+    from suite.trainers.single import SingleTrainer
+
+    ref_cfg = dataclasses.replace(cfg, dtype="fp32", compile=False)
+    trainer = SingleTrainer()
+    trainer.setup(build_model(ref_cfg, device), ref_cfg, DistInfo.single(device))
+    stream = global_batches(cfg)
+    results = []
+    for _ in range(steps):
+        x, y = next(stream)
+        results.append(trainer.train_step(x.to(device), y.to(device)))
+    return results
+
+
+def _max_diffs(got: list[float], want: list[float]) -> tuple[float, float]:
+    diffs = [abs(a - b) for a, b in zip(got, want)]
+    rels = [d / max(abs(b), 1e-12) for d, b in zip(diffs, want)]
+    return (max(diffs, default=0.0), max(rels, default=0.0))
+
+
+def compare_steps(engine: list[StepResult], reference: list[StepResult],
+                  dtype: str) -> dict[str, Any]:
+    """The gate's verdict: losses and gradient norms within their relative tolerances."""
+    losses, ref_losses = [r.loss for r in engine], [r.loss for r in reference]
+    norms, ref_norms = [r.grad_norm for r in engine], [r.grad_norm for r in reference]
+    abs_loss, rel_loss = _max_diffs(losses, ref_losses)
+    abs_norm, rel_norm = _max_diffs(norms, ref_norms)
+    finite = all(math.isfinite(v) for v in losses + norms)
+    return {"passed": (finite and rel_loss <= TOLERANCE[dtype]
+                       and rel_norm <= GRAD_NORM_TOLERANCE[dtype]),
+            "check_steps": len(reference),
+            "engine_losses": losses, "reference_losses": ref_losses,
+            "max_abs_diff": abs_loss, "max_rel_diff": rel_loss,
+            "tolerance_rel": TOLERANCE[dtype],
+            "engine_grad_norms": norms, "reference_grad_norms": ref_norms,
+            "grad_norm_max_rel_diff": rel_norm,
+            "grad_norm_tolerance_rel": GRAD_NORM_TOLERANCE[dtype],
+            "reference": "single-process plain model, fp32, same seed and global batches"}
+
+
+def error_path(out: str | os.PathLike, rank: int) -> Path:
+    return Path(f"{out}.rank{rank}.error")
+
+
+def run_training(section: dict[str, Any] | TrainConfig, trainer: str | Trainer,
+                 steplog: str | os.PathLike, *, peak: dict[str, Any] | None = None,
+                 check_steps: int = DEFAULT_CHECK_STEPS, experiment: str = EXPERIMENT,
+                 out: str | os.PathLike | None = None) -> Record | None:
+    """Run on this rank; rank 0 returns the record (any status), other ranks None.
+
+    ``trainer`` is a registered name or an instance (tests pass unregistered ones). ``out`` is
+    only used to find other ranks' error files.
+    """
+    rank = env_rank()[0]
+    name = trainer if isinstance(trainer, str) else trainer.name
+    raw = section.to_dict() if isinstance(section, TrainConfig) else section
+    record = Record(experiment, name, {}, raw, Status.FAILED,
+                    created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    dist: DistInfo | None = None
+    owns_group, env_set = False, []
+    engine: Trainer | None = None
+    try:
+        cfg = section if isinstance(section, TrainConfig) else TrainConfig.from_dict(section)
+        record.config = cfg.to_dict()
+        if isinstance(check_steps, bool) or not isinstance(check_steps, int) or check_steps < 0:
+            raise ValueError(f"check_steps={check_steps!r} must be an int >= 0")
+        engine = create_trainer(trainer) if isinstance(trainer, str) else trainer
+        ok, why = engine.available()
+        if not ok:
+            record.status, record.reason = Status.UNAVAILABLE, why
+        else:
+            dist, owns_group, env_set = init_distributed(cfg, engine)
+            rank = dist.rank
+            _train(record, cfg, engine, dist, steplog, peak, check_steps)
+    except Exception as e:  # noqa: BLE001 - any error of a run becomes a failed record
+        message = e.args[0] if isinstance(e, KeyError) and e.args else e
+        record.status, record.reason = Status.FAILED, f"{type(e).__name__}: {message}"
+        record.derived["traceback"] = traceback.format_exc(limit=12)
+        if rank != 0 and out is not None:
+            path = error_path(out, rank)
+            path.write_text(f"rank {rank}: {record.reason}\n{record.derived['traceback']}")
+            print(f"[rank {rank}] failed: {record.reason} (reason in {path})", file=sys.stderr)
+    finally:
+        if engine is not None:
+            try:
+                engine.teardown()
+            except Exception:  # noqa: BLE001 - a teardown error must not hide the run's result
+                pass
+        if owns_group and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+        for k in env_set:
+            os.environ.pop(k, None)
+    if rank != 0:
+        return None
+    if record.status == Status.FAILED and out is not None:
+        others = sorted(Path(out).parent.glob(Path(out).name + ".rank*.error"))
+        if others:
+            record.derived["other_ranks"] = [p.read_text() for p in others]
+            record.reason += " | " + " | ".join(p.read_text().splitlines()[0] for p in others)
+            for p in others:
+                p.unlink(missing_ok=True)
+    record.env = envmod.capture()
+    return record
+
+
+def _train(record: Record, cfg: TrainConfig, engine: Trainer, dist: DistInfo,
+           steplog_path: str | os.PathLike, peak_file: dict[str, Any] | None,
+           check_steps: int) -> None:
+    device, world, rank = dist.device, dist.world_size, dist.rank
+    if cfg.global_batch % world:
+        raise ValueError(f"global_batch={cfg.global_batch} is not divisible by "
+                         f"world_size={world}")
+    threads = cfg.threads or max(1, envmod.usable_cores() // world)
+    torch.set_num_threads(threads)
+    flops = cfg.flops()
+    record.point = {"model": cfg.size_label(), "seq_len": cfg.seq_len,
+                    "global_batch": cfg.global_batch, "world_size": world, "dtype": cfg.dtype,
+                    "trainer": engine.name, "data": cfg.data}
+    tokens_per_step = cfg.global_batch * cfg.seq_len
+    record.workload = {"tokens_per_step": tokens_per_step, "micro_batch": cfg.global_batch // world,
+                       "flops_per_token": {"model": flops.model_flops_per_token,
+                                           "hardware": flops.hardware_flops_per_token,
+                                           "formula": flops.formula},
+                       "rank_slice": "contiguous rows [r*b, (r+1)*b) of each global batch"}
+
+    reference = None
+    if check_steps and rank == 0:  # before the engine exists: nothing else runs meanwhile
+        reference = reference_steps(cfg, check_steps, device)
+    if device.type == "cuda":  # the engine's peak, not the reference's
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+
+    model = build_model(cfg, device)
+    record.point["n_params"] = model.num_params(non_embedding=False)
+    engine.setup(model, cfg, dist)
+    stream = global_batches(cfg)
+
+    def next_local() -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = next(stream)
+        return (rank_slice(x, rank, world).to(device, non_blocking=True),
+                rank_slice(y, rank, world).to(device, non_blocking=True))
+
+    if check_steps:
+        checked = [engine.train_step(*next_local()) for _ in range(check_steps)]
+        verdict = compare_steps(checked, reference, cfg.dtype) if rank == 0 else None
+        verdict = _broadcast(verdict, dist)
+        record.correctness = verdict
+        if not verdict["passed"]:
+            record.status = Status.INCORRECT
+            record.reason = (f"{engine.name} differs from the single-process reference over the "
+                             f"first {check_steps} steps: loss by {verdict['max_rel_diff']:.3g} "
+                             f"relative (max |diff| {verdict['max_abs_diff']:.3g}; tolerance "
+                             f"{TOLERANCE[cfg.dtype]:g}), gradient norm by "
+                             f"{verdict['grad_norm_max_rel_diff']:.3g} relative (tolerance "
+                             f"{GRAD_NORM_TOLERANCE[cfg.dtype]:g})")
+            record.derived["trainer"] = engine.details()
+            return
+    else:
+        record.correctness = {"passed": None, "check_steps": 0,
+                              "note": "correctness gate skipped (--check-steps 0)"}
+
+    nodes = max(1, world // int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+    peak, peak_note = resolve_peak(peak_file, cfg.dtype, device, world, threads * world // nodes,
+                                   nodes=nodes)
+    writer = sl.StepLogWriter(steplog_path) if rank == 0 else None
+    times, losses, norms = [], [], []
+    try:
+        for step in range(cfg.steps):
+            x, y = next_local()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            t0 = time.perf_counter()
+            result = engine.train_step(x, y)  # ends on the all-reduced loss's .item()
+            dt = time.perf_counter() - t0
+            times.append(dt)
+            losses.append(result.loss)
+            norms.append(result.grad_norm)
+            if writer is not None:
+                tps = tokens_per_step / dt
+                m, h = utilization(tps, flops, peak)
+                writer.write(sl.step_line(**{
+                    sl.STEP: step,
+                    sl.PHASE: sl.WARMUP if step < cfg.warmup_steps else sl.MEASURE,
+                    sl.STEP_TIME_S: dt, sl.TOKENS_PER_S: tps,
+                    sl.MFU: m.value if m else None, sl.HFU: h.value if h else None,
+                    sl.PEAK_MEM_BYTES: peak_memory(device)[0], sl.LOSS: result.loss,
+                    sl.GRAD_NORM: result.grad_norm, sl.LR: cfg.lr}))
+    finally:
+        if writer is not None:
+            writer.close()
+    mem_per_rank = _gather(peak_memory(device)[0], dist)
+    eval_loss = None
+    if cfg.eval_batches:  # after the timed steps, so evaluation costs nothing in them
+        held_out = heldout_batches(cfg)
+        values = []
+        for _ in range(cfg.eval_batches):
+            x, y = next(held_out)
+            values.append(engine.eval_loss(rank_slice(x, rank, world).to(device),
+                                           rank_slice(y, rank, world).to(device)))
+        eval_loss = sum(values) / len(values)
+
+    samples = times[cfg.warmup_steps:]
+    stats = summarize(samples)
+    record.timing = {"unit": "s", "timer": "time.perf_counter on rank 0 around train_step "
+                     "(ends on the all-reduced loss)", "threads_per_rank": threads,
+                     "device": str(device), "warmup_steps": cfg.warmup_steps,
+                     "warmup_samples": times[:cfg.warmup_steps], "samples": samples,
+                     "stats": stats}
+    tokens_per_s = tokens_per_step / stats["median"]
+    m, h = utilization(tokens_per_s, flops, peak)
+    mem_bytes, mem_kind = peak_memory(device)
+    record.derived = {
+        "tokens_per_s": tokens_per_s,
+        "tokens_per_step": tokens_per_step,
+        "flops_per_token": flops.model_flops_per_token,
+        "hardware_flops_per_token": flops.hardware_flops_per_token,
+        "flop_formula": flops.formula,
+        "mfu": m.as_dict() if m else None,
+        "hfu": h.as_dict() if h else None,
+        "peak_devices": peak.n_devices if peak else None,
+        "peak_note": peak_note,
+        "peak_mem_bytes": mem_bytes,
+        "peak_mem_bytes_per_rank": mem_per_rank,
+        "peak_mem_kind": mem_kind,
+        "first_loss": losses[0], "final_loss": losses[-1],
+        "eval_loss": eval_loss, "eval_batches": cfg.eval_batches,
+        "tokens_seen": tokens_per_step * cfg.steps,
+        "final_grad_norm": norms[-1],
+        "losses_finite": all(math.isfinite(v) for v in losses),
+        "steplog": str(steplog_path),
+        "trainer": engine.details(),
+    }
+    record.status = Status.OK
+
+
+# ----------------------------------------------------------------------------- launching
+
+
+def _script(name: str, python: str) -> str | None:
+    """A console script next to the interpreter (the venv's), else on PATH."""
+    sibling = Path(python).with_name(name)
+    return str(sibling) if sibling.exists() else shutil.which(name)
+
+
+def command(trainer: str | Trainer, nprocs: int, args: Sequence[str], *, nnodes: int = 1,
+            node_rank: int | None = None, rdzv_endpoint: str | None = None,
+            rdzv_id: str = "seedbench", hostfile: str | None = None,
+            launcher: str | None = None, python: str = sys.executable) -> list[str]:
+    """The command line that starts ``nprocs`` ranks per node of this module with ``args``.
+
+    ``launcher`` defaults to the engine's own (``Trainer.launcher``):
+
+    - ``single``: ``python -m suite.experiments.llm_train ARGS`` (nprocs 1, one node).
+    - ``torchrun``: ``torchrun --standalone --nproc-per-node N -m ...`` on one node. Multi-node:
+      ``--nnodes M --nproc-per-node N --rdzv-backend c10d --rdzv-endpoint HOST:PORT --rdzv-id ID
+      [--node-rank R]``, the same command on every node; ``rdzv_endpoint`` is a host:port every
+      node reaches (usually node 0), ``node_rank`` may be left to the rendezvous.
+    - ``deepspeed`` (the ZeRO engines): ``deepspeed --num_gpus N --num_nodes M --no_local_rank
+      --module ...``; multi-node adds ``--hostfile H --master_addr HOST --master_port PORT``
+      (from ``rdzv_endpoint``), and DeepSpeed's runner starts the other nodes itself over ssh,
+      so this command runs on node 0 only. ``--no_local_rank``: the rank comes from the
+      environment, not a ``--local_rank`` argument. Tested on CPU too (gloo; ``--num_gpus``
+      then just counts processes). ``launcher="torchrun"`` also works for the ZeRO engines:
+      they only need the process group, which the run builds from either launcher's
+      environment.
+    """
+    engine = create_trainer(trainer) if isinstance(trainer, str) else trainer
+    for label, value in (("nprocs", nprocs), ("nnodes", nnodes)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{label}={value!r} must be a positive int")
+    launcher = launcher or engine.launcher
+    args = [str(a) for a in args]
+    if (launcher == "single") != (engine.launcher == "single"):
+        raise ValueError(f"trainer {engine.name!r} (launcher {engine.launcher!r}) cannot run "
+                         f"under launcher={launcher!r}")
+    if launcher == "single":
+        if nprocs != 1 or nnodes != 1:
+            raise ValueError(f"trainer {engine.name!r} runs one process; nprocs={nprocs}, "
+                             f"nnodes={nnodes} (use ddp, fsdp2 or zero* for several)")
+        return [python, "-m", MODULE, *args]
+    if nnodes > 1 and not rdzv_endpoint:
+        raise ValueError(f"nnodes={nnodes} needs rdzv_endpoint='HOST:PORT' (a host every node "
+                         f"reaches, e.g. node 0)")
+    if launcher == "deepspeed":
+        ds = _script("deepspeed", python)
+        if ds is None:
+            raise FileNotFoundError("the deepspeed launcher is not installed (pip install "
+                                    "deepspeed)")
+        cmd = [ds, "--num_gpus", str(nprocs), "--num_nodes", str(nnodes)]
+        if nnodes > 1:
+            if not hostfile:
+                raise ValueError(f"deepspeed with nnodes={nnodes} needs a hostfile "
+                                 f"('host slots=N' per line)")
+            host, _, port = rdzv_endpoint.rpartition(":")
+            cmd += ["--hostfile", hostfile, "--master_addr", host, "--master_port", port]
+        return [*cmd, "--no_local_rank", "--module", MODULE, *args]
+    if launcher != "torchrun":
+        raise ValueError(f"launcher={launcher!r} is not one of ['torchrun', 'deepspeed', "
+                         f"'single']")
+    runner = _script("torchrun", python)
+    cmd = [runner] if runner else [python, "-m", "torch.distributed.run"]
+    if nnodes == 1 and not rdzv_endpoint:
+        cmd += ["--standalone", "--nproc-per-node", str(nprocs)]
+    else:
+        cmd += ["--nnodes", str(nnodes), "--nproc-per-node", str(nprocs),
+                "--rdzv-backend", "c10d", "--rdzv-endpoint", rdzv_endpoint,
+                "--rdzv-id", rdzv_id]
+        if node_rank is not None:
+            cmd += ["--node-rank", str(node_rank)]
+    return [*cmd, "-m", MODULE, *args]
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__.splitlines()[0])
+    p.add_argument("--section-json", required=True, help="the llm_train config section, JSON")
+    p.add_argument("--trainer", required=True, help="a registered trainer name")
+    p.add_argument("--out", required=True, type=Path, help="record JSON (written by rank 0)")
+    p.add_argument("--steplog", required=True, type=Path, help="JSON-lines step log (rank 0)")
+    p.add_argument("--peak", type=Path, help="peak.json from `seedbench peak`")
+    p.add_argument("--check-steps", type=int, default=DEFAULT_CHECK_STEPS,
+                   help="steps compared with the single-process reference (0 = no gate)")
+    p.add_argument("--experiment", default=EXPERIMENT, help="experiment name in the record")
+    args = p.parse_args(argv)
+    rank = env_rank()[0]
+    if rank == 0:
+        args.out.unlink(missing_ok=True)
+    error_path(args.out, rank).unlink(missing_ok=True)
+    peak = None
+    try:
+        section = json.loads(args.section_json)
+        peak = json.loads(args.peak.read_text()) if args.peak else None
+    except (OSError, ValueError) as e:
+        if rank != 0:
+            return 0
+        section = {"_unparsed": args.section_json}
+        record = Record(args.experiment, args.trainer, {}, section, Status.FAILED,
+                        f"{type(e).__name__}: {e}", env=envmod.capture(torch_info=False),
+                        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    else:
+        record = run_training(section, args.trainer, args.steplog, peak=peak,
+                              check_steps=args.check_steps, experiment=args.experiment,
+                              out=args.out)
+    if record is None:  # not rank 0
+        return 0
+    write_record(record, args.out)
+    summary = f"{args.out}: {record.status.value} {record.reason[:300]}"
+    if record.status == Status.OK:
+        d = record.derived
+        mfu = f"{d['mfu']['percent']:.2f}%" if d["mfu"] else "n/a"
+        summary += (f" tokens/s={d['tokens_per_s']:.1f} MFU={mfu} "
+                    f"step={record.timing['stats']['median'] * 1e3:.1f} ms")
+    print(summary, file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""Training records -> tidy table -> ablation vs MegaScale Table 3 -> figures -> report sections,
+from real (one-process, tiny) training runs; and the scale-model section."""
+
+import pandas as pd
+import pytest
+from test_trainers import fake_peak
+
+from suite.analysis.llm_plots import llm_figure
+from suite.analysis.llm_tables import ablation_vs_paper, llm_table
+from suite.env import REPO_ROOT
+from suite.experiments.llm_plan import jobs
+from suite.experiments.llm_train import run_training
+from suite.records import write_record
+from suite.report.render import render_report
+from suite.scale_model import predict_fig9, predict_table2
+
+CONFIG = {"llm": {
+    "train": {"seq_len": 16, "global_batch": 2, "steps": 4, "warmup_steps": 1, "threads": 1},
+    "sizes": {"t": {"n_layer": 1, "n_embd": 32, "n_head": 2}},
+    "mfu": {"enabled": False}, "engines": {"enabled": False},
+    "ablation": {"size": "t", "trainer": "single", "sliding_window": 4},
+    "loss": {"size": "t", "steps": 6, "eval_batches": 2},
+}}
+TABLE3 = pd.read_csv(REPO_ROOT / "results/paper/megascale_table3_ablation_175b_256gpu.csv")
+
+
+def run_jobs(tmp_path, experiment, upto=None):
+    paths = []
+    for job in jobs(CONFIG)[experiment][:upto]:
+        out = tmp_path / job.path(experiment)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        rec = run_training(job.train, job.trainer, out.with_suffix(".steps.jsonl"),
+                           peak=fake_peak(threads=1), check_steps=job.check_steps,
+                           experiment=experiment, out=out)
+        write_record(rec, out)
+        paths.append(out)
+    return paths
+
+
+@pytest.fixture(scope="module")
+def ablation(tmp_path_factory):
+    return llm_table(run_jobs(tmp_path_factory.mktemp("abl"), "llm_ablation", upto=3))
+
+
+def test_table_rows_carry_mfu_with_formula_and_peak(ablation):
+    assert list(ablation.status) == ["ok"] * 3 and list(ablation.step) == [0, 1, 2]
+    r = ablation.iloc[0]
+    assert r.mfu_percent == pytest.approx(100 * r.tokens_per_s * r.flops_per_token / 5e10)
+    assert r.flop_formula.startswith("detailed(") and "measured" in r.peak_source
+    assert r.gate_passed and r.median_step_ms > 0 and r.n_samples == 3
+    # the sliding-window step counts fewer FLOPs; the fixed-count MFU uses step 0's
+    sw = ablation.iloc[2]
+    assert sw.flops_per_token < r.flops_per_token
+    assert sw.mfu_fixed_percent == pytest.approx(
+        100 * sw.tokens_per_s * r.flops_per_token / sw.peak_flops)
+
+
+def test_ablation_gains_beside_the_papers(ablation):
+    rows = ablation_vs_paper(ablation, TABLE3)
+    assert pd.isna(rows.gain_points[0]) and pd.isna(rows.paper_gain_points[0])
+    assert rows.gain_points[1] == pytest.approx(ablation.mfu_fixed_percent[1]
+                                                - ablation.mfu_fixed_percent[0])
+    assert rows.paper_gain_points[1] == pytest.approx(52.3 - 47.7)  # + parallel block
+    assert rows.paper_gain_points[2] == pytest.approx(53.3 - 52.3)  # + sliding window
+    full = ablation_vs_paper(pd.concat([ablation, ablation.iloc[[0]].assign(
+        step=5, technique="+ communication overlap", paper_steps="3,4,5")]), TABLE3)
+    assert full.paper_gain_points.iloc[-1] == pytest.approx(59.5 - 53.3)  # rows 3-5 summed
+
+
+def test_figures_and_report_sections(ablation, tmp_path):
+    loss = llm_table(run_jobs(tmp_path, "llm_loss"))
+    assert (loss.eval_loss > 0).all() and loss.tokens_seen.nunique() == 1
+    scale = pd.concat([predict_table2().assign(figure="table2"),
+                       predict_fig9().assign(figure="fig9")]).assign(
+                           experiment="llm_scale", status="ok")
+    sections = []
+    for name, table, paper in (("llm_ablation", ablation, TABLE3), ("llm_loss", loss, None),
+                               ("llm_scale", scale, None)):
+        csv = tmp_path / f"{name}.csv"
+        table.to_csv(csv, index=False)
+        svg = llm_figure(name, pd.read_csv(csv), paper, tmp_path / name)[1]
+        assert svg.stat().st_size > 10_000
+        sections.append((name, csv, svg))
+    html = render_report(sections, tmp_path / "index.html").read_text()
+    assert "Gain of each step in MFU points: + parallel block:" in html
+    assert "vs +4.6 in the paper" in html
+    assert "LAMB with batch 6" in html and "held-out loss of AdamW with batch 2" in html
+    assert "Held-out error: Megatron-LM, Table 2 (7 points)" in html
+    assert html.count('<h2 id="llm_') == 3
