@@ -8,6 +8,15 @@ min_version("9.0")
 configfile: "workflows/config/smoke.yaml"
 
 
+wildcard_constraints:
+    baseline=r"[a-z0-9][a-z0-9_-]*",
+    batch=r"\d+",
+    experiment=r"(bert|llm)_[a-z_]+",
+    subject=r"[a-z0-9_]+",
+    max_len=r"\d+",
+    program=r"[a-z0-9][a-z0-9_]*",
+
+
 include: "workflows/rules/common.smk"
 include: "workflows/rules/peak.smk"
 include: "workflows/rules/bert_varlen.smk"

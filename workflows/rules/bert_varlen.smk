@@ -1,25 +1,5 @@
 # The ByteTransformer family: one job per (experiment, subject, system, batch size, max length).
-# Which jobs a config asks for is decided in suite.experiments.plan.
-from suite.baselines.external import BUILD_ROOT, STAMP as EXTERNAL_STAMP
-from suite.config import EXTERNAL_PREFIX
-from suite.experiments.plan import jobs, speedup_baseline
-
-EXTERNAL_BUILDS = BUILD_ROOT.as_posix()
-BERT_SECTION = json.dumps(BERT.to_dict(), sort_keys=True)
-
-BERT_JOBS = jobs(BERT)
-
-
-def bert_records(wildcards):
-    return [job.path(RESULTS) for job in BERT_JOBS[wildcards.experiment]]
-
-
-def external_build_stamp(wildcards):
-    """An external program with a source checkout is built before its runs."""
-    name = wildcards.baseline.removeprefix(EXTERNAL_PREFIX)
-    if wildcards.baseline.startswith(EXTERNAL_PREFIX) and BERT.external[name]["source"]:
-        return [f"{EXTERNAL_BUILDS}/{name}/{EXTERNAL_STAMP}"]
-    return []
+# Which jobs a config asks for is decided in suite.experiments.plan (helpers: common.smk).
 
 
 rule external_build:

@@ -1,4 +1,5 @@
-# Config validation, shared paths and wildcard constraints.
+# Config validation, shared paths, wildcard constraints, and the job plans and input functions
+# the rule files use (Snakemake's lint: functions in one place, rules in their own files).
 import json
 
 from snakemake.exceptions import WorkflowError
@@ -6,10 +7,12 @@ from snakemake.utils import validate
 
 from suite import config as suite_config
 from suite.baselines import registry
-from suite.experiments import llm_plan
-from suite.trainers import registry as trainer_registry
-from suite.config import BertVarlenConfig
+from suite.baselines.external import BUILD_ROOT, STAMP as EXTERNAL_STAMP
+from suite.config import EXTERNAL_PREFIX, BertVarlenConfig
 from suite.env import machine_slug
+from suite.experiments import llm_plan
+from suite.experiments.plan import jobs, speedup_baseline
+from suite.trainers import registry as trainer_registry
 
 
 # Our own pass first: its messages name the key, the bad value and what is allowed. Snakemake's
@@ -38,10 +41,61 @@ except (suite_config.ConfigError, KeyError) as e:
     raise WorkflowError(f"llm: {e.args[0]}")
 
 
-wildcard_constraints:
-    baseline=r"[a-z0-9][a-z0-9_-]*",
-    batch=r"\d+",
-    experiment=r"(bert|llm)_[a-z_]+",
-    subject=r"[a-z0-9_]+",
-    max_len=r"\d+",
-    program=r"[a-z0-9][a-z0-9_]*",
+
+# ---- the ByteTransformer family's jobs (suite.experiments.plan)
+
+EXTERNAL_BUILDS = BUILD_ROOT.as_posix()
+BERT_SECTION = json.dumps(BERT.to_dict(), sort_keys=True)
+
+BERT_JOBS = jobs(BERT)
+
+
+def bert_records(wildcards):
+    return [job.path(RESULTS) for job in BERT_JOBS[wildcards.experiment]]
+
+
+def external_build_stamp(wildcards):
+    """An external program with a source checkout is built before its runs."""
+    name = wildcards.baseline.removeprefix(EXTERNAL_PREFIX)
+    if wildcards.baseline.startswith(EXTERNAL_PREFIX) and BERT.external[name]["source"]:
+        return [f"{EXTERNAL_BUILDS}/{name}/{EXTERNAL_STAMP}"]
+    return []
+
+
+# ---- the MegaScale runs (suite.experiments.llm_plan)
+
+LLM_JOBS = {job.path(RESULTS): job for js in llm_plan.jobs(config).values() for job in js}
+LLM_EXPERIMENTS = sorted({job.experiment for job in LLM_JOBS.values()}) + (
+    ["llm_scale"] if config["llm"]["enabled"] and config["llm"]["scale"]["enabled"] else [])
+
+
+def llm_records(wildcards):
+    return sorted(p for p, job in LLM_JOBS.items() if job.experiment == wildcards.experiment)
+
+
+def llm_job(wildcards, output):
+    return LLM_JOBS[output.record]
+
+
+# ---- report sections: the paper's numbers each figure shows beside the measured ones
+PAPER_OF = {
+    "bert_varlen": "results/paper/bytetransformer_readme_a100_fp16_latency.csv",
+    "bert_mha": "results/paper/bytetransformer_readme_a100_fp16_latency.csv",
+    "llm_ablation": "results/paper/megascale_table3_ablation_175b_256gpu.csv",
+}
+BERT_CLAIMS = "results/paper/bytetransformer_abstract_claims.csv"
+SECTIONS = [*BERT_JOBS, *LLM_EXPERIMENTS]
+
+
+def figure_inputs(wildcards):
+    inputs = {"table": f"{RESULTS}/{wildcards.experiment}/table.csv"}
+    if wildcards.experiment in PAPER_OF:
+        inputs["paper"] = PAPER_OF[wildcards.experiment]
+    if wildcards.experiment.startswith("bert_"):
+        inputs["claims"] = BERT_CLAIMS
+    return inputs
+
+
+def figure_flags(wildcards, input):
+    return " ".join(f"--{k} {v}" for k, v in input.items() if k in ("paper", "claims"))
+

@@ -1,18 +1,5 @@
 # LLM training and MFU (MegaScale): one job per training run, each a launcher (torchrun or one
-# process) over real distributed engines. Which runs a config asks for: suite.experiments.llm_plan.
-from suite.experiments.llm_plan import jobs as llm_jobs
-
-LLM_JOBS = {job.path(RESULTS): job for js in llm_jobs(config).values() for job in js}
-LLM_EXPERIMENTS = sorted({job.experiment for job in LLM_JOBS.values()}) + (
-    ["llm_scale"] if config["llm"]["enabled"] and config["llm"]["scale"]["enabled"] else [])
-
-
-def llm_records(wildcards):
-    return sorted(p for p, job in LLM_JOBS.items() if job.experiment == wildcards.experiment)
-
-
-def llm_job(wildcards, output):
-    return LLM_JOBS[output.record]
+# process) over real distributed engines. Which runs: suite.experiments.llm_plan (common.smk).
 
 
 rule llm_point:

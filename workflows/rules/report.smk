@@ -1,27 +1,5 @@
 # Tidy tables -> figures -> reports/index.html (figures also registered for snakemake --report).
 
-# The paper's numbers each figure shows beside the measured ones.
-PAPER_OF = {
-    "bert_varlen": "results/paper/bytetransformer_readme_a100_fp16_latency.csv",
-    "bert_mha": "results/paper/bytetransformer_readme_a100_fp16_latency.csv",
-    "llm_ablation": "results/paper/megascale_table3_ablation_175b_256gpu.csv",
-}
-BERT_CLAIMS = "results/paper/bytetransformer_abstract_claims.csv"
-SECTIONS = [*BERT_JOBS, *LLM_EXPERIMENTS]
-
-
-def figure_inputs(wildcards):
-    inputs = {"table": f"{RESULTS}/{wildcards.experiment}/table.csv"}
-    if wildcards.experiment in PAPER_OF:
-        inputs["paper"] = PAPER_OF[wildcards.experiment]
-    if wildcards.experiment.startswith("bert_"):
-        inputs["claims"] = BERT_CLAIMS
-    return inputs
-
-
-def figure_flags(wildcards, input):
-    return " ".join(f"--{k} {v}" for k, v in input.items() if k in ("paper", "claims"))
-
 
 rule figure:
     input:
