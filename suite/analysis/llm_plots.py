@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from suite.analysis.plots import _save  # noqa: E402
+from suite.analysis.plots import save_figure  # noqa: E402
 
 SYSTEM_COLORS = {"Megatron-LM": "tab:orange", "MegaScale": "tab:blue"}
 
@@ -42,7 +42,7 @@ def scale_figure(table: pd.DataFrame, out: Path) -> list[Path]:
     for ax in axes:
         ax.legend(fontsize=6)
     fig.suptitle("Cluster-scale model (calibrated on one row per system) vs MegaScale")
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def _bars(ax, labels: list[str], values, annotations: list[str], ylabel: str, title: str):
@@ -67,7 +67,7 @@ def mfu_figure(table: pd.DataFrame, out: Path, title: str) -> list[Path]:
     _bars(axes[1], labels, ok.peak_mem_mb, [f"{v:.0f}" for v in ok.peak_mem_mb],
           "MiB", "peak memory of rank 0")
     fig.suptitle(title)
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def ablation_figure(table: pd.DataFrame, paper: pd.DataFrame | None, out: Path) -> list[Path]:
@@ -84,7 +84,7 @@ def ablation_figure(table: pd.DataFrame, paper: pd.DataFrame | None, out: Path) 
               [f"{v:.1f}%" for v in paper.mfu_percent], "MFU (%)",
               "MegaScale Table 3 (175B, 256 A100s)")
     fig.suptitle("MegaScale's optimizations, one after another")
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def loss_figure(table: pd.DataFrame, out: Path) -> list[Path]:
@@ -103,7 +103,7 @@ def loss_figure(table: pd.DataFrame, out: Path) -> list[Path]:
     ax.set(xlabel="tokens", ylabel="loss (nats/byte)",
            title="Loss on the King James text: AdamW vs LAMB at a larger batch")
     ax.legend(fontsize=7)
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def llm_figure(experiment: str, table: pd.DataFrame, paper: pd.DataFrame | None,

@@ -31,7 +31,7 @@ def latency_figure(table: pd.DataFrame, paper: pd.DataFrame, out: Path) -> list[
     axes[-1][2].axis("off")
     machine = ", ".join(sorted(ok.machine.dropna().unique())) or "this machine"
     fig.suptitle(f"BERT variable-length inference: padded vs padding-free on {machine}")
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def _heatmap_panel(ax, ok: pd.DataFrame) -> None:
@@ -142,7 +142,7 @@ def bars_figure(table: pd.DataFrame, out: Path, title: str, order: list[str] | N
     if not groups:
         axes[0][0].text(0.5, 0.5, "no successful runs", ha="center", va="center")
     fig.suptitle(title)
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def mha_figure(table: pd.DataFrame, claims: pd.DataFrame, out: Path) -> list[Path]:
@@ -170,10 +170,10 @@ def mha_figure(table: pd.DataFrame, claims: pd.DataFrame, out: Path) -> list[Pat
                xlabel="max sequence length", ylabel="speedup (x)")
         _legend(ax)
     fig.suptitle("Multi-head attention: speedup over padded matmul + mask + softmax + matmul")
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
-def _save(fig, out: Path) -> list[Path]:
+def save_figure(fig, out: Path) -> list[Path]:
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     paths = [out.with_suffix(".png"), out.with_suffix(".svg")]

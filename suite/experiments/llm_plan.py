@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from suite.config import ConfigError, validate
+from suite.experiments.llm_train import MODEL_KEYS  # GPTConfig's fields: model, not train
 
 # MegaScale's ablation (Table 3) as switches of this suite, in the order. Each step keeps
 # the previous ones. ``paper_steps``: Table 3 rows whose techniques this step corresponds to (the
@@ -69,8 +70,6 @@ def train_config(llm: dict[str, Any], size: str, **overrides: Any) -> dict[str, 
     return train
 
 
-MODEL_KEYS = {"n_layer", "n_embd", "n_head", "n_kv_head", "vocab_size", "mlp", "norm", "rope",
-              "tied_embeddings", "fused", "checkpointing", "parallel_block", "sliding_window"}
 
 
 def ablation_overrides(llm: dict[str, Any], upto: int) -> dict[str, Any]:
