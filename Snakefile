@@ -11,7 +11,7 @@ configfile: "workflows/config/smoke.yaml"
 wildcard_constraints:
     baseline=r"[a-z0-9][a-z0-9_-]*",
     batch=r"\d+",
-    experiment=r"(bert|llm)_[a-z_]+",
+    experiment=r"(bert|llm|vwn|pma)_[a-z_]+",
     subject=r"[a-z0-9_]+",
     max_len=r"\d+",
     program=r"[a-z0-9][a-z0-9_]*",
@@ -21,6 +21,7 @@ include: "workflows/rules/common.smk"
 include: "workflows/rules/peak.smk"
 include: "workflows/rules/bert_varlen.smk"
 include: "workflows/rules/llm.smk"
+include: "workflows/rules/pretrain.smk"
 include: "workflows/rules/report.smk"
 
 

@@ -85,8 +85,11 @@ class VWNConfig(GPTConfig):
 
     ``m``, ``n``: D is cut into m segments and the wide state has n of them, r = n/m (fractions
     allowed: (2, 3) is 1.5x). ``dynamic``: DGHC instead of static GHC. ``mtp``: next-2-token
-    module, its loss weighted by ``mtp_weight``. ``tied_embeddings`` defaults to False here: the
-    embedding is D' wide, the head D.
+    module, its loss weighted by ``mtp_weight``. ``ghc_trainable=False`` keeps every GHC at its
+    initialization (buffers, not parameters): with ``m == n`` each is then exactly the residual
+    add, which makes the r = 1 baseline of the experiments a plain pre-norm transformer with the
+    same embedding, output path and MTP module as the wide models. ``tied_embeddings`` defaults
+    to False here: the embedding is D' wide, the head D.
     """
 
     tied_embeddings: bool = False
@@ -95,6 +98,7 @@ class VWNConfig(GPTConfig):
     dynamic: bool = False
     mtp: bool = False
     mtp_weight: float = 1.0
+    ghc_trainable: bool = True  # False: A, B stay at the init (with m == n: the plain residual)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -107,11 +111,13 @@ class VWNConfig(GPTConfig):
         if self.n_embd % self.m:
             divisors = [d for d in range(1, self.n_embd + 1) if self.n_embd % d == 0]
             raise ValueError(f"m={self.m} must divide n_embd={self.n_embd} (valid m: {divisors})")
-        for name in ("dynamic", "mtp"):
+        for name in ("dynamic", "mtp", "ghc_trainable"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}={getattr(self, name)!r} must be True or False")
         if not (isinstance(self.mtp_weight, (int, float)) and self.mtp_weight >= 0):
             raise ValueError(f"mtp_weight={self.mtp_weight!r} must be a number >= 0")
+        if self.dynamic and not self.ghc_trainable:
+            raise ValueError("dynamic=True needs ghc_trainable=True (a frozen GHC is static)")
         if self.parallel_block:
             raise ValueError("parallel_block=True is not supported: VWN puts one GHC around "
                              "each of attention and MLP in turn (use parallel_block=False)")
@@ -156,18 +162,28 @@ def ghc_init(m: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
 class GHC(nn.Module):
     """One Generalized Hyper-Connection around one sub-layer (equations in the module doc)."""
 
-    def __init__(self, m: int, n: int, segment: int, dynamic: bool = False):
+    def __init__(self, m: int, n: int, segment: int, dynamic: bool = False,
+                 trainable: bool = True):
         super().__init__()
+        if dynamic and not trainable:
+            raise ValueError("dynamic=True needs trainable=True (a frozen GHC is static)")
         self.m, self.n, self.segment, self.dynamic = m, n, segment, dynamic
         A, B = ghc_init(m, n)
-        self.A = nn.Parameter(A)  # static; no weight decay (see param_groups)
-        self.B = nn.Parameter(B)
+        if trainable:
+            self.A = nn.Parameter(A)  # static; no weight decay (see param_groups)
+            self.B = nn.Parameter(B)
+        else:
+            self.register_buffer("A", A)
+            self.register_buffer("B", B)
         if dynamic:
             self.W_A = nn.Parameter(torch.zeros(segment, m + n))
             self.W_B = nn.Parameter(torch.zeros(segment, m))
             self.s_A = nn.Parameter(torch.ones(()))
             self.s_B = nn.Parameter(torch.ones(()))
         self.tau = math.sqrt(segment)
+        # A frozen GHC with m == n is the plain residual add; skip its identity matmuls so the
+        # r = 1 baseline also costs what a plain transformer costs
+        self.identity = not trainable and m == n
 
     def matrices(self, H: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``A`` and ``B^T``, per position ``(..., n, m+n)`` and ``(..., n, m)`` when dynamic,
@@ -184,6 +200,8 @@ class GHC(nn.Module):
                 layer: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
         """``h (..., D')`` -> ``(..., D')``; ``layer`` maps ``(..., D)`` to ``(..., D)``."""
         m, n, s = self.m, self.n, self.segment
+        if self.identity:  # frozen at the init with m == n: A_in = B = A_res = I
+            return h + layer(h)
         H = h.unflatten(-1, (n, s))
         A, Bt = self.matrices(H)
         A_in, A_res = A[..., :m], A[..., m:]
@@ -200,8 +218,8 @@ class VWNLayer(nn.Module):
     def __init__(self, cfg: VWNConfig):
         super().__init__()
         self.block = Block(cfg)
-        self.ghc_attn = GHC(cfg.m, cfg.n, cfg.segment, cfg.dynamic)
-        self.ghc_mlp = GHC(cfg.m, cfg.n, cfg.segment, cfg.dynamic)
+        self.ghc_attn = GHC(cfg.m, cfg.n, cfg.segment, cfg.dynamic, cfg.ghc_trainable)
+        self.ghc_mlp = GHC(cfg.m, cfg.n, cfg.segment, cfg.dynamic, cfg.ghc_trainable)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         h = self.ghc_attn(h, self.block.attn_branch)
@@ -436,8 +454,10 @@ def vwn_cost(cfg: VWNConfig, seq_len: int | None = None) -> VWNCost:
     positions = 0 if cfg.rope else cfg.block_size
     block_p, block_f = _block_params(cfg), _block_flops(cfg, T)
     head_p = 0 if cfg.tied_embeddings else V * D
-    ghc_p = n * (m + n) + m * n + ((s * (2 * m + n) + 2) if cfg.dynamic else 0)
-    ghc_f = 2 * n * s * (2 * m + n) * (2 if cfg.dynamic else 1)
+    ghc_p = (n * (m + n) + m * n if cfg.ghc_trainable else 0) + (
+        (s * (2 * m + n) + 2) if cfg.dynamic else 0)
+    identity = not cfg.ghc_trainable and m == n  # GHC.identity: the plain residual add
+    ghc_f = 0 if identity else 2 * n * s * (2 * m + n) * (2 if cfg.dynamic else 1)
     mtp_p = mtp_f = 0
     if cfg.mtp:
         mtp_p = (_norm_params(cfg, D) + _norm_params(cfg, Dw) + (D + Dw) * D + block_p

@@ -18,7 +18,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="measure one workload point of one baseline -> a record")
-    run.add_argument("experiment", choices=sorted(EXPERIMENTS))
+    run.add_argument("experiment", choices=sorted(e for e in EXPERIMENTS if e.startswith("bert_")),
+                     help="a BERT experiment (training runs: `train`, loss runs: `pretrain`)")
     run.add_argument("--baseline", required=True, help="system under test")
     run.add_argument("--subject", default=None,
                      help="model family (bert, albert, distilbert, deberta) for end-to-end "
@@ -54,6 +55,24 @@ def main(argv: list[str] | None = None) -> int:
     train.add_argument("--out", type=Path, required=True)
     train.add_argument("--steplog", type=Path, required=True)
 
+    pre = sub.add_parser("pretrain", help="one pre-training loss run (VWN variant or PMA study) "
+                                          "for one seed -> a record")
+    pre.add_argument("experiment", choices=["vwn_scaling", "pma_merging"])
+    pre.add_argument("--spec-json", required=True,
+                     help="vwn_scaling: the variant's train config; pma_merging: the pma section")
+    pre.add_argument("--seed", type=int, required=True)
+    pre.add_argument("--series", default="main", help="vwn_scaling: main or m_ablation")
+    pre.add_argument("--checkpoints", type=Path,
+                     help="pma_merging: folder for the run's checkpoints")
+    pre.add_argument("--out", type=Path, required=True)
+    pre_table = sub.add_parser("pretrain-table", help="VWN or PMA records -> table.csv, "
+                                                      "curves.csv and claims.csv")
+    pre_table.add_argument("experiment", choices=["vwn_scaling", "pma_merging"])
+    pre_table.add_argument("records", nargs="*", type=Path)
+    pre_table.add_argument("--paper-dir", type=Path, default=Path("results/paper"),
+                           help="folder with the papers' CSVs (vwn_*.csv, pma_headline.csv)")
+    pre_table.add_argument("--out-dir", type=Path, required=True)
+
     sub.add_parser("trainers", help="list registered training engines and whether they run here")
     llm_table = sub.add_parser("llm-table", help="training records -> one tidy CSV")
     llm_table.add_argument("records", nargs="*", type=Path)
@@ -81,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     plot.add_argument("--table", type=Path, required=True)
     plot.add_argument("--paper", type=Path, help="the paper's numbers the figure shows beside")
     plot.add_argument("--claims", type=Path, help="the paper's claims table")
+    plot.add_argument("--curves", type=Path, help="vwn_scaling/pma_merging: curves.csv")
     plot.add_argument("--out", type=Path, required=True, help="figure path without suffix")
 
     scale = sub.add_parser("scale-model",
@@ -91,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     report.add_argument("--section", nargs=3, action="append", required=True,
                         metavar=("EXPERIMENT", "TABLE", "FIGURE_SVG"))
     report.add_argument("--claims", type=Path, help="the paper's claims (CSV)")
+    report.add_argument("--section-claims", nargs=2, action="append", default=[],
+                        metavar=("EXPERIMENT", "CLAIMS_CSV"),
+                        help="a measured claims table shown in that experiment's section")
     report.add_argument("--peak", type=Path)
     report.add_argument("--config", type=Path)
     report.add_argument("--out", type=Path, required=True)
@@ -209,6 +232,44 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pretrain(args: argparse.Namespace) -> int:
+    from suite.records import write_record
+
+    spec = json.loads(args.spec_json)
+    if args.experiment == "vwn_scaling":
+        from suite.experiments.vwn_width import run
+
+        record = run(spec, args.seed, series=args.series)
+    else:
+        from suite.experiments.pma_merging import run
+
+        if args.checkpoints is None:
+            raise ValueError("pma_merging needs --checkpoints DIR")
+        record = run(spec, args.seed, args.checkpoints)
+    write_record(record, args.out)
+    print(f"{args.out}: {record.status.value} {record.reason[:300]}", file=sys.stderr)
+    return 0
+
+
+def _pretrain_table(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    paper = args.paper_dir
+    if args.experiment == "vwn_scaling":
+        from suite.analysis.vwn_analysis import analyze
+
+        table, curves, claims = analyze(args.records, pd.read_csv(paper / "vwn_headline.csv"),
+                                        pd.read_csv(paper / "vwn_table1_a0.8b_m8_500b_tokens.csv"))
+    else:
+        from suite.analysis.pma_analysis import analyze
+
+        table, curves, claims = analyze(args.records, pd.read_csv(paper / "pma_headline.csv"))
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    for name, df in (("table", table), ("curves", curves), ("claims", claims)):
+        df.to_csv(args.out_dir / f"{name}.csv", index=False)
+    return 0
+
+
 def _trainers(args: argparse.Namespace) -> int:
     from suite import trainers
 
@@ -308,7 +369,7 @@ def _plot(args: argparse.Namespace) -> int:
         return pd.read_csv(path) if path else None
 
     experiment_figure(args.experiment, pd.read_csv(args.table), read(args.paper),
-                      read(args.claims), args.out)
+                      read(args.claims), args.out, curves=read(args.curves))
     return 0
 
 
@@ -331,13 +392,15 @@ def _report(args: argparse.Namespace) -> int:
 
     sections = [(e, Path(t), Path(f)) for e, t, f in args.section]
     render_report(sections, args.out, peak_path=args.peak, config_path=args.config,
-                  claims_path=args.claims)
+                  claims_path=args.claims,
+                  section_claims={e: Path(c) for e, c in args.section_claims})
     return 0
 
 
 COMMANDS = {"run": _run, "peak": _peak, "env": _env, "baselines": _baselines,
             "experiments": _experiments, "build-external": _build_external, "table": _table,
-            "train": _train, "trainers": _trainers, "llm-table": _llm_table,
+            "train": _train, "trainers": _trainers, "pretrain": _pretrain,
+            "pretrain-table": _pretrain_table, "llm-table": _llm_table,
             "plot": _plot, "scale-model": _scale_model, "report": _report}
 
 if __name__ == "__main__":

@@ -422,3 +422,36 @@ def test_ghc_flops_match_a_flop_counter(m, n, dynamic):
     with FlopCounterMode(display=False) as counter:
         ghc(torch.randn(tokens, cfg.wide_embd), lambda x: x)
     assert counter.get_total_flops() == tokens * vwn_cost(cfg).flops_ghc // 2  # one of 2 GHCs
+
+
+def test_frozen_ghc_is_the_residual_and_has_no_parameters():
+    """ghc_trainable=False: A and B are buffers at the init; with m == n the GHC takes the plain
+    residual shortcut, which must compute what the general (einsum) path computes."""
+    torch.manual_seed(0)
+    frozen = GHC(2, 2, 16, trainable=False)
+    general = GHC(2, 2, 16)
+    assert frozen.identity and not general.identity
+    assert list(frozen.parameters()) == [] and set(dict(frozen.named_buffers())) == {"A", "B"}
+    layer = nn.Linear(32, 32)
+    h = torch.randn(3, 5, 32)
+    torch.testing.assert_close(frozen(h, layer), general(h, layer), rtol=0, atol=1e-6)
+    torch.testing.assert_close(frozen(h, layer), h + layer(h))
+    with pytest.raises(ValueError, match="dynamic=True needs"):
+        GHC(2, 2, 16, dynamic=True, trainable=False)
+    with pytest.raises(ValueError, match="dynamic=True needs ghc_trainable=True"):
+        _cfg(m=2, n=2, dynamic=True, ghc_trainable=False)
+
+
+def test_frozen_baseline_model_counts():
+    """The r = 1 baseline of the experiments: no GHC parameters, no GHC FLOPs, and the same
+    model function as the trainable r = 1 model at init."""
+    base = _model(m=2, n=2, ghc_trainable=False, mtp=True)
+    init = _model(m=2, n=2, mtp=True)
+    idx = torch.randint(0, TINY["vocab_size"], (2, 8))
+    with torch.no_grad():
+        torch.testing.assert_close(base(idx)[0], init(idx)[0], rtol=0, atol=1e-5)
+    cost, cost_init = vwn_cost(base.config), vwn_cost(init.config)
+    assert cost.params_ghc == 0 and cost.flops_ghc == 0
+    assert cost_init.params_ghc > 0 and cost_init.flops_ghc > 0
+    assert base.num_params(False) == init.num_params(False) - cost_init.params_ghc
+    assert cost.params_total == base.num_params(False)

@@ -73,7 +73,23 @@ def tiny_config(baselines, studies=True):
             "ablation": {"size": "t", "sliding_window": 8},
             "loss": {"size": "t", "steps": 6, "eval_batches": 2},
         },
+        "vwn": {
+            "enabled": studies, "device": "cpu", "seeds": [0, 1], "expansions": [1, 2],
+            "m_ablation": {"r": 2, "m": [1]}, "baseline_length": 2,
+            "train": {**PRETRAIN, "steps": 8, "eval_every": 4},
+        },
+        "pma": {
+            "enabled": studies, "device": "cpu", "seeds": [0, 1],
+            "train": {**PRETRAIN, "steps": 12, "eval_every": 4},
+            "checkpoint_every": 2, "intervals": [1, 2], "counts": [3, 4], "merge_every": 6,
+            "headline": {"method": "sma", "n": 3, "interval": 1}, "decay": {"steps": [4]},
+            "spike": {"steps": 2, "resume_steps": 4},
+        },
     }
+
+
+PRETRAIN = {"model": {"n_layer": 1, "n_embd": 16, "n_head": 2}, "seq_len": 16, "batch": 2,
+            "warmup_steps": 2, "eval_batches": 2, "threads": 1}
 
 
 @pytest.fixture
@@ -231,6 +247,27 @@ def test_workflow_end_to_end(workdir):
     for experiment in ("llm_mfu", "llm_engines", "llm_ablation", "llm_loss", "llm_scale"):
         assert f'<h2 id="{experiment}">' in html
     assert "Held-out error: Megatron-LM" in html and "Gain of each step in MFU points" in html
+
+    # VWN and merging: every run ok, tables, curves and claims, sections with claims tables
+    runs = {p.relative_to(results).as_posix(): read_record(p)
+            for p in results.glob("*_*/*/seed*.json") if p.parts[-3] in ("vwn_scaling",
+                                                                         "pma_merging")}
+    assert sorted(runs) == sorted(
+        [f"vwn_scaling/{v}/seed{s}.json" for v in ("m2-n2", "m2-n4", "m1-n2") for s in (0, 1)]
+        + [f"pma_merging/gpt/seed{s}.json" for s in (0, 1)])
+    assert all(r.status.value == "ok" for r in runs.values()), {
+        k: r.reason for k, r in runs.items() if r.status.value != "ok"}
+    assert runs["vwn_scaling/m2-n2/seed0.json"].derived["tokens_seen"] == 2 * 8 * 2 * 16
+    assert not list(results.glob("pma_merging/gpt/*.checkpoints"))  # removed after the job
+    for experiment in ("vwn_scaling", "pma_merging"):
+        claims = pd.read_csv(results / experiment / "claims.csv")
+        assert len(claims) >= 5 and claims.verdict.notna().all()
+        assert (results / experiment / "curves.csv").stat().st_size > 0
+        assert f'<h2 id="{experiment}">' in html and f'id="{experiment}-claims"' in html
+        assert (workdir / "reports" / "figures" / f"{experiment}.png").stat().st_size > 10_000
+    vwn = pd.read_csv(results / "vwn_scaling" / "table.csv")
+    assert set(vwn.label) == {"m2-n2", "m2-n4", "m1-n2"} and (vwn.seeds == 2).all()
+    assert "loss falls log-linearly in r" in html and "pre-spike checkpoints" in html
 
     # a second run with nothing changed does no work
     mtimes = {p: p.stat().st_mtime_ns for p in results.rglob("*.json")}

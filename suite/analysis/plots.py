@@ -184,9 +184,21 @@ def save_figure(fig, out: Path) -> list[Path]:
 
 
 def experiment_figure(experiment: str, table: pd.DataFrame, paper: pd.DataFrame | None,
-                      claims: pd.DataFrame | None, out: Path) -> list[Path]:
-    """The figure of one experiment's tidy table."""
+                      claims: pd.DataFrame | None, out: Path, *,
+                      curves: pd.DataFrame | None = None) -> list[Path]:
+    """The figure of one experiment's tidy table (and, for the loss experiments, its curves)."""
     from reference_impl import LADDER
+
+    if experiment in ("vwn_scaling", "pma_merging"):
+        from suite.analysis import pretrain_plots
+        from suite.env import REPO_ROOT
+
+        if curves is None:
+            raise ValueError(f"{experiment}: the figure needs its curves.csv (--curves)")
+        if experiment == "pma_merging":
+            return pretrain_plots.pma_figure(table, curves, out)
+        headline = pd.read_csv(REPO_ROOT / "results/paper/vwn_headline.csv")
+        return pretrain_plots.vwn_figure(table, curves, paper, out, headline=headline)
 
     if experiment.startswith("llm_"):
         from suite.analysis.llm_plots import llm_figure

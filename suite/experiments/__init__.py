@@ -17,4 +17,8 @@ EXPERIMENTS = {
     "llm_loss": "loss sanity on real text: AdamW vs LAMB at a larger batch, equal tokens",
     "llm_scale": "MegaScale at cluster scale, on paper: an analytical model against Table 2 and "
                  "Figure 9",
+    "vwn_scaling": "Virtual Width Networks: one backbone at expansions r = n/m, held-out loss vs "
+                   "tokens, with seeds",
+    "pma_merging": "checkpoint merging in pre-training (PMA): merged vs latest checkpoint, vs "
+                   "annealing, and after a loss spike",
 }

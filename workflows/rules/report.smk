@@ -28,6 +28,7 @@ rule report_html:
         figures=expand(f"{REPORTS}/figures/{{experiment}}.svg", experiment=SECTIONS),
         peak=rules.peak.output[0],
         claims=[BERT_CLAIMS] if "bert_varlen" in SECTIONS else [],
+        section_claims=expand(f"{RESULTS}/{{experiment}}/claims.csv", experiment=CLAIM_SECTIONS),
     output:
         report(REPORT_HTML, caption="../report/index.rst", category="HTML report"),
     log:
@@ -38,7 +39,11 @@ rule report_html:
         ),
         config=" ".join(f"--config {f}" for f in workflow.configfiles[-1:]),
         claims=lambda wildcards, input: " ".join(f"--claims {c}" for c in input.claims),
+        section_claims=lambda wildcards, input: " ".join(
+            f"--section-claims {e} {c}" for e, c in zip(CLAIM_SECTIONS, input.section_claims)
+        ),
     shell:
         "seedbench report {params.sections} --peak {input.peak} {params.claims}"
+        " {params.section_claims}"
         " {params.config}"
         " --out {output} 2> {log}"

@@ -1,0 +1,241 @@
+"""Checkpoint merging in pre-training (PMA, arXiv 2505.12082) at small scale, one seed per job.
+
+One job trains a GPT at a constant learning rate (after warm-up) for ``train.steps`` steps and
+writes a checkpoint (weights only) every ``checkpoint_every`` = V0 steps to disk. Then, from
+those files and the live end state:
+
+1. Merge grid. At each merge point t (every ``merge_every`` steps and the end), for each method
+   (SMA, EMA(alpha), WMA), count N and interval V (a multiple of V0), the checkpoints at
+   ``t, t - V, ..., t - (N-1) V`` are merged (``reference_impl.merging``) and the merged model's
+   held-out loss is set beside the latest checkpoint's (the one at t).
+2. Decay forks (the paper's Figure 3 comparison). From the end of the constant phase, one fork
+   per length d in ``decay.steps`` decays the LR to 0 (WSD's decay stage) on the following
+   d batches: the annealed model. Checkpoints inside the decay are merged too (SMA of the last
+   ``headline.n`` decay checkpoints, V0 apart): merging inside the decay.
+3. Loss spike. From the end state, ``spike.steps`` steps at ``lr * spike.lr_factor`` (the
+   spike); then three branches train ``spike.resume_steps`` more steps at
+   ``lr * spike.resume_lr_factor`` on the same batches: from the SMA of the last
+   ``spike.checkpoints`` pre-spike checkpoints (the paper's recovery), from the last pre-spike
+   checkpoint alone (the control the paper lacks), and from the spiked weights (no
+   intervention). The two rollbacks start from the pre-spike optimizer state.
+
+The comparisons the claims need are all within one seed; the workflow runs several seeds and
+the analysis (``suite.analysis.pma_analysis``) takes means and CIs over them.
+"""
+
+from __future__ import annotations
+
+import shutil
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from reference_impl.merging import merge_checkpoints
+from reference_impl.schedules import make_schedule
+from suite import env as envmod
+from suite.config import ConfigError
+from suite.experiments import pretrain
+from suite.records import Record, Status
+
+EXPERIMENT = "pma_merging"
+METHOD_NAMES = ("sma", "wma", "ema")
+
+
+def parse_method(spec: str) -> tuple[str, float]:
+    """``"sma"``, ``"wma"`` or ``"ema:ALPHA"`` -> (method, alpha); alpha is EMA's (0.2 unused
+    otherwise)."""
+    name, _, alpha = spec.partition(":")
+    if name not in METHOD_NAMES or (name == "ema") != bool(alpha):
+        raise ConfigError(f"pma.methods: {spec!r} is not 'sma', 'wma' or 'ema:ALPHA' "
+                          f"(e.g. 'ema:0.1')")
+    try:
+        value = float(alpha) if alpha else 0.2
+    except ValueError:
+        raise ConfigError(f"pma.methods: {spec!r}: alpha {alpha!r} is not a number") from None
+    if not 0 < value <= 1:
+        raise ConfigError(f"pma.methods: {spec!r}: alpha must be in (0, 1]")
+    return name, value
+
+
+def check_section(pma: dict[str, Any]) -> pretrain.PretrainConfig:
+    """The section's train config, after checking that the grid fits the run."""
+    cfg = pretrain.PretrainConfig.from_dict({**pma["train"], "kind": "gpt",
+                                             "device": pma["device"]})
+    v0, steps = pma["checkpoint_every"], cfg.steps
+    if steps % v0:
+        raise ConfigError(f"pma.train.steps={steps} must be a multiple of "
+                          f"pma.checkpoint_every={v0}")
+    for spec in pma["methods"]:
+        parse_method(spec)
+    h = pma["headline"]
+    parse_method(h["method"])
+    span = (h["n"] - 1) * h["interval"] * v0
+    if span >= steps:
+        raise ConfigError(f"pma.headline: N={h['n']} checkpoints {h['interval']} x "
+                          f"{v0} steps apart span {span} steps; the run has {steps}")
+    if pma["spike"]["enabled"] and pma["spike"]["checkpoints"] * v0 > steps:
+        raise ConfigError(f"pma.spike.checkpoints={pma['spike']['checkpoints']} needs "
+                          f"{pma['spike']['checkpoints'] * v0} steps of checkpoints; the run "
+                          f"has {steps}")
+    return cfg
+
+
+class Checkpoints:
+    """Weights-only checkpoints of one run on disk, by step; loaded once and kept (small
+    models here; at paper scale the grid would stream them)."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self._cache: dict[int, dict] = {}
+
+    def path(self, step: int) -> Path:
+        return self.root / f"step{step:07d}.pt"
+
+    def save(self, model, step: int) -> None:
+        pretrain.save_weights(model, self.path(step))
+
+    def load(self, step: int) -> dict:
+        if step not in self._cache:
+            if not self.path(step).exists():
+                raise FileNotFoundError(f"no checkpoint at step {step} in {self.root}")
+            self._cache[step] = pretrain.load_weights(self.path(step))
+        return self._cache[step]
+
+    def merged(self, steps: list[int], method: str, alpha: float) -> dict:
+        return merge_checkpoints([self.load(s) for s in steps], method, alpha)
+
+
+def run(pma: dict[str, Any], seed: int, checkpoint_dir: str | Path) -> Record:
+    created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    record = Record(EXPERIMENT, "gpt", {"seed": seed}, pma, Status.FAILED, created_at=created)
+    try:
+        _run(record, pma, seed, Path(checkpoint_dir))
+    except Exception as e:  # noqa: BLE001 - any error of a run becomes a failed record
+        record.status, record.reason = Status.FAILED, f"{type(e).__name__}: {e}"
+    finally:
+        if not pma.get("keep_checkpoints", False):
+            shutil.rmtree(checkpoint_dir, ignore_errors=True)
+    record.env = envmod.capture()
+    return record
+
+
+def _run(record: Record, pma: dict[str, Any], seed: int, root: Path) -> None:
+    cfg = check_section(pma)
+    v0, steps = pma["checkpoint_every"], cfg.steps
+    shutil.rmtree(root, ignore_errors=True)
+    ckpts = Checkpoints(root / "constant")
+    main = pretrain.start(cfg, seed)
+    heldout = pretrain.heldout_set(cfg)
+    scratch = pretrain.build_model(cfg, seed, main.device)  # evaluates merged weights
+
+    def loss_of(model) -> float:
+        return pretrain.evaluate(model, heldout, main.device, cfg.dtype)["next_token"]
+
+    def loss_of_state(state: dict) -> float:
+        scratch.load_state_dict(state)
+        return loss_of(scratch)
+
+    record.point["n_params"] = main.model.num_params(non_embedding=False)
+    curve = [{"step": 0, "tokens": 0, "latest": loss_of(main.model)}]
+
+    def on_main(step: int, loss: float, seconds: float) -> None:
+        if step % v0 == 0:
+            ckpts.save(main.model, step)
+            curve.append({"step": step, "tokens": step * cfg.tokens_per_step,
+                          "latest": loss_of(main.model), "train_loss": loss})
+
+    constant = pretrain.warmup_constant(cfg)
+    pretrain.train(main, steps, constant, on_main)
+    latest = {row["step"]: row["latest"] for row in curve}
+
+    # 1. the merge grid
+    points = sorted({t for t in range(pma["merge_every"], steps + 1, pma["merge_every"])
+                     if t % v0 == 0} | {steps})
+    merges = []
+    for t in points:
+        for spec in pma["methods"]:
+            method, alpha = parse_method(spec)
+            for n in pma["counts"]:
+                for k in pma["intervals"]:
+                    span = [t - i * k * v0 for i in range(n)][::-1]  # oldest first
+                    if span[0] < v0:
+                        continue
+                    merges.append({"step": t, "tokens": t * cfg.tokens_per_step,
+                                   "method": spec, "n": n, "interval_steps": k * v0,
+                                   "merged": loss_of_state(ckpts.merged(span, method, alpha)),
+                                   "latest": latest[t]})
+
+    h = pma["headline"]
+    h_method, h_alpha = parse_method(h["method"])
+    h_span = [steps - i * h["interval"] * v0 for i in range(h["n"])][::-1]
+    headline = loss_of_state(ckpts.merged(h_span, h_method, h_alpha))
+
+    # 2. decay forks from the end of the constant phase
+    decays = []
+    for d in pma["decay"]["steps"]:
+        fork = main.fork()
+        dck = Checkpoints(root / f"decay{d}")
+        total = steps + d
+        schedule = make_schedule("wsd", total_steps=total, warmup_steps=cfg.warmup_steps,
+                                 decay_fraction=d / total, shape=pma["decay"]["shape"])
+        dcurve = []
+
+        def on_decay(step: int, loss: float, seconds: float, fork=fork, dck=dck,
+                     dcurve=dcurve) -> None:
+            if (step - steps) % v0 == 0:
+                dck.save(fork.model, step)
+                dcurve.append({"step": step, "tokens": step * cfg.tokens_per_step,
+                               "loss": loss_of(fork.model)})
+
+        pretrain.train(fork, d, schedule, on_decay)
+        saved = [row["step"] for row in dcurve]
+        inside = saved[-min(h["n"], len(saved)):]
+        decays.append({"decay_steps": d, "shape": pma["decay"]["shape"],
+                       "tokens": total * cfg.tokens_per_step,
+                       "annealed": loss_of(fork.model),
+                       "merged_in_decay": loss_of_state(dck.merged(inside, "sma", 0.2)),
+                       "merged_in_decay_n": len(inside), "curve": dcurve})
+
+    # 3. the loss spike
+    spike = None
+    sp = pma["spike"]
+    if sp["enabled"]:
+        spike = _spike(main, cfg, sp, ckpts, v0, steps, loss_of)
+
+    record.workload = {"tokens_per_step": cfg.tokens_per_step, "checkpoint_every": v0,
+                       "data": "kjv bytes, train split",
+                       "heldout": f"{cfg.eval_batches} x {cfg.batch} x {cfg.seq_len} bytes of the "
+                                  f"held-out split (fixed seed)"}
+    record.derived = {"curve": curve, "merges": merges,
+                      "headline": {**h, "merged": headline, "latest": latest[steps],
+                                   "steps": h_span},
+                      "decays": decays, "spike": spike, "constant_steps": steps}
+    record.status = Status.OK
+
+
+def _spike(main: pretrain.Run, cfg: pretrain.PretrainConfig, sp: dict[str, Any],
+           ckpts: Checkpoints, v0: int, steps: int, loss_of) -> dict[str, Any]:
+    pre = [steps - i * v0 for i in range(sp["checkpoints"])][::-1]
+    spiked = main.fork()
+    spike_losses = pretrain.train(spiked, sp["steps"], lambda s: sp["lr_factor"])
+    after_spike = loss_of(spiked.model)
+    branches = {"merged": main.fork(), "last": main.fork(), "spiked": spiked}
+    branches["merged"].load_weights(ckpts.merged(pre, "sma", 0.2))
+    branches["last"].load_weights(ckpts.load(steps))
+    curves: dict[str, list[dict[str, float]]] = {}
+    for name, branch in branches.items():
+        first = {"step": 0, "loss": loss_of(branch.model)}
+        curves[name] = [first]
+
+        def on_step(step: int, loss: float, seconds: float, name=name, branch=branch,
+                    start=branch.step) -> None:
+            done = step - start
+            if done % v0 == 0 or done == sp["resume_steps"]:
+                curves[name].append({"step": done, "loss": loss_of(branch.model)})
+
+        pretrain.train(branch, sp["resume_steps"], lambda s: sp["resume_lr_factor"], on_step)
+    return {"pre_spike_steps": pre, "pre_spike_loss": loss_of(main.model),
+            "spike_train_losses": spike_losses, "after_spike": after_spike,
+            "lr_factor": sp["lr_factor"], "resume_lr_factor": sp["resume_lr_factor"],
+            "resume_steps": sp["resume_steps"], "curves": curves,
+            "final": {name: c[-1]["loss"] for name, c in curves.items()}}
