@@ -11,6 +11,16 @@ import pytest
 
 from suite.config import BertVarlenConfig
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny GEMMs gain nothing from threads; on a loaded 2-core machine they only slow down.
+    Use with ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 TINY_MODEL = {"layers": 2, "hidden": 32, "heads": 4, "intermediate": 64, "vocab_size": 100}
 
 

@@ -19,14 +19,7 @@ ARCHS = [dict(mlp=mlp, norm=norm, rope=rope, n_kv_head=kv)
                                                       (False, True), (None, 2))]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny GEMMs gain nothing from threads, and on a loaded 2-core machine OpenMP's spinning
-    threads make them ~10x slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _model(seed: int = 0, **overrides) -> GPT:

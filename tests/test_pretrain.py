@@ -19,12 +19,7 @@ TRAIN = {"model": MODEL, "seq_len": 16, "batch": 2, "lr": 3e-3, "warmup_steps": 
          "eval_every": 4, "eval_batches": 2, "threads": 1}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _cfg(**kw) -> pretrain.PretrainConfig:

@@ -17,6 +17,7 @@ from suite.records import write_record
 from suite.stats import mean_ci
 
 PAPER = REPO_ROOT / "results" / "paper"
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_mean_ci_is_the_student_t_interval():

@@ -20,13 +20,7 @@ TINY = dict(vocab_size=37, n_layer=2, n_embd=32, n_head=4, block_size=16)
 EXPANSIONS = [(1, 1), (2, 3), (2, 4), (1, 4), (2, 16)]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny GEMMs gain nothing from threads; on a loaded 2-core machine they only slow down."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _cfg(**overrides) -> VWNConfig:
