@@ -180,6 +180,8 @@ def _pma_section(**kw):
     ({"headline": {"method": "sma", "n": 7, "interval": 1}}, "span 12 steps; the run has 12"),
     ({"methods": ["ema"]}, r"pma.methods.0: 'ema' is not allowed .*sma, wma or ema:ALPHA"),
     ({"methods": ["ema:1.5"]}, r"alpha must be in \(0, 1\]"),
+    ({"decay": {"steps": [3]}}, "pma.decay.steps: 3 must be a multiple of checkpoint_every=2"),
+    ({"decay": {"steps": [12]}}, r"leave at least max\(warmup_steps, checkpoint_every\) = 2"),
 ])
 def test_pma_section_errors(change, match):
     with pytest.raises(ConfigError, match=match):
@@ -217,10 +219,13 @@ def test_pma_run_merges_from_disk(tmp_path):
     loss = pretrain.evaluate(model, pretrain.heldout_set(cfg), torch.device("cpu"))
     assert loss["next_token"] == pytest.approx(h["merged"], abs=1e-6)
     assert h["latest"] == d["curve"][-1]["latest"]
-    # decay: one fork of 4 steps after the 12 constant ones, checkpoints inside it merged
+    # decay: a fork leaves at step 12 - 4 = 8 and decays over the last 4 steps, so the annealed
+    # model sees the same tokens as the merges at 12; its checkpoints at 10, 12 are merged
     (dec,) = d["decays"]
-    assert [c["step"] for c in dec["curve"]] == [14, 16]
+    assert dec["fork_step"] == 8 and dec["tokens"] == 12 * 2 * 16
+    assert [c["step"] for c in dec["curve"]] == [10, 12]
     assert dec["merged_in_decay_n"] == 2
+    assert dec["annealed"] == dec["curve"][-1]["loss"] != h["latest"]
     # spike: three branches, each evaluated from its start
     sp = d["spike"]
     assert set(sp["curves"]) == {"merged", "last", "spiked"}
@@ -266,3 +271,20 @@ def test_bf16_autocast_trains_with_fp32_weights():
     assert math.isfinite(losses["next_token"])
     with pytest.raises(ConfigError, match="train.dtype='fp16' is not one of"):
         _cfg(dtype="fp16")
+
+
+def test_decay_fork_follows_the_constant_run_until_it_leaves(tmp_path):
+    """A decay fork is the constant run up to its fork step, then the WSD decay: replaying both
+    by hand gives the loss the record holds at the fork's first checkpoint."""
+    from reference_impl.schedules import make_schedule
+
+    pma = _pma_section(spike={"enabled": False})
+    rec = pma_merging.run(pma, 0, tmp_path / "ck")
+    (dec,) = rec.derived["decays"]
+    cfg = pma_merging.check_section(pma)
+    run = pretrain.start(cfg, 0)
+    pretrain.train(run, dec["fork_step"], pretrain.warmup_constant(cfg))
+    pretrain.train(run, 2, make_schedule("wsd", total_steps=12, warmup_steps=2,
+                                         decay_fraction=4 / 12))
+    loss = pretrain.evaluate(run.model, pretrain.heldout_set(cfg), run.device)["next_token"]
+    assert loss == pytest.approx(dec["curve"][0]["loss"], abs=1e-6)

@@ -120,7 +120,8 @@ def claims(runs: list[tuple[Path, Record]], headline: pd.DataFrame) -> pd.DataFr
                 if r.derived["headline"]["latest"] != dec["annealed"]]
         fr = mean_ci(frac) if frac else None
         rows.append(claim(PAPER, f"the merged constant-LR model is as good as the annealed one "
-                          f"(fork decayed to 0 over {d} more steps)", "comparable (Fig. 3)",
+                          f"at equal tokens (a fork that decays the LR to 0 over the last {d} "
+                          f"steps)", "comparable (Fig. 3)",
                           diff, sign=-1, unit="nats (merged - annealed)", null=0.0,
                           note=("reproduced would need merged <= annealed; "
                                 + (f"merging recovers {100 * fr['mean']:.0f}% "

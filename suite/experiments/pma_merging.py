@@ -8,10 +8,12 @@ those files and the live end state:
    (SMA, EMA(alpha), WMA), count N and interval V (a multiple of V0), the checkpoints at
    ``t, t - V, ..., t - (N-1) V`` are merged (``reference_impl.merging``) and the merged model's
    held-out loss is set beside the latest checkpoint's (the one at t).
-2. Decay forks (the paper's Figure 3 comparison). From the end of the constant phase, one fork
-   per length d in ``decay.steps`` decays the LR to 0 (WSD's decay stage) on the following
-   d batches: the annealed model. Checkpoints inside the decay are merged too (SMA of the last
-   ``headline.n`` decay checkpoints, V0 apart): merging inside the decay.
+2. Decay forks (the paper's Figure 3 comparison, at equal tokens). For each length d in
+   ``decay.steps`` a fork leaves the constant run at step ``steps - d`` (weights, optimizer
+   state and data position) and decays the LR to 0 over the same last d batches (WSD's decay
+   stage): the annealed model at ``steps``, the step the constant-LR merges are taken at.
+   Checkpoints inside the decay are merged too (SMA of the last ``headline.n`` decay
+   checkpoints, V0 apart): merging inside the decay.
 3. Loss spike. From the end state, ``spike.steps`` steps at ``lr * spike.lr_factor`` (the
    spike); then three branches train ``spike.resume_steps`` more steps at
    ``lr * spike.resume_lr_factor`` on the same batches: from the SMA of the last
@@ -73,6 +75,12 @@ def check_section(pma: dict[str, Any]) -> pretrain.PretrainConfig:
     if span >= steps:
         raise ConfigError(f"pma.headline: N={h['n']} checkpoints {h['interval']} x "
                           f"{v0} steps apart span {span} steps; the run has {steps}")
+    for d in pma["decay"]["steps"]:
+        if d % v0 or steps - d < max(cfg.warmup_steps, v0):
+            raise ConfigError(f"pma.decay.steps: {d} must be a multiple of checkpoint_every={v0} "
+                              f"and leave at least max(warmup_steps, checkpoint_every) = "
+                              f"{max(cfg.warmup_steps, v0)} constant-LR steps before the fork "
+                              f"(the fork leaves the run at step steps - d; steps={steps})")
     if pma["spike"]["enabled"] and pma["spike"]["checkpoints"] * v0 > steps:
         raise ConfigError(f"pma.spike.checkpoints={pma['spike']['checkpoints']} needs "
                           f"{pma['spike']['checkpoints'] * v0} steps of checkpoints; the run "
@@ -137,12 +145,16 @@ def _run(record: Record, pma: dict[str, Any], seed: int, root: Path) -> None:
 
     record.point["n_params"] = main.model.num_params(non_embedding=False)
     curve = [{"step": 0, "tokens": 0, "latest": loss_of(main.model)}]
+    fork_at = {steps - d: d for d in pma["decay"]["steps"]}
+    forks: dict[int, pretrain.Run] = {}
 
     def on_main(step: int, loss: float, seconds: float) -> None:
         if step % v0 == 0:
             ckpts.save(main.model, step)
             curve.append({"step": step, "tokens": step * cfg.tokens_per_step,
                           "latest": loss_of(main.model), "train_loss": loss})
+        if step in fork_at:  # the decay fork that ends where the constant run ends
+            forks[fork_at[step]] = main.fork()
 
     constant = pretrain.warmup_constant(cfg)
     pretrain.train(main, steps, constant, on_main)
@@ -170,19 +182,18 @@ def _run(record: Record, pma: dict[str, Any], seed: int, root: Path) -> None:
     h_span = [steps - i * h["interval"] * v0 for i in range(h["n"])][::-1]
     headline = loss_of_state(ckpts.merged(h_span, h_method, h_alpha))
 
-    # 2. decay forks from the end of the constant phase
+    # 2. decay forks over the last d steps: annealed models at the same tokens as the merges
     decays = []
     for d in pma["decay"]["steps"]:
-        fork = main.fork()
+        fork = forks[d]
         dck = Checkpoints(root / f"decay{d}")
-        total = steps + d
-        schedule = make_schedule("wsd", total_steps=total, warmup_steps=cfg.warmup_steps,
-                                 decay_fraction=d / total, shape=pma["decay"]["shape"])
+        schedule = make_schedule("wsd", total_steps=steps, warmup_steps=cfg.warmup_steps,
+                                 decay_fraction=d / steps, shape=pma["decay"]["shape"])
         dcurve = []
 
         def on_decay(step: int, loss: float, seconds: float, fork=fork, dck=dck,
                      dcurve=dcurve) -> None:
-            if (step - steps) % v0 == 0:
+            if step % v0 == 0:
                 dck.save(fork.model, step)
                 dcurve.append({"step": step, "tokens": step * cfg.tokens_per_step,
                                "loss": loss_of(fork.model)})
@@ -190,8 +201,8 @@ def _run(record: Record, pma: dict[str, Any], seed: int, root: Path) -> None:
         pretrain.train(fork, d, schedule, on_decay)
         saved = [row["step"] for row in dcurve]
         inside = saved[-min(h["n"], len(saved)):]
-        decays.append({"decay_steps": d, "shape": pma["decay"]["shape"],
-                       "tokens": total * cfg.tokens_per_step,
+        decays.append({"decay_steps": d, "fork_step": steps - d, "shape": pma["decay"]["shape"],
+                       "tokens": steps * cfg.tokens_per_step,
                        "annealed": loss_of(fork.model),
                        "merged_in_decay": loss_of_state(dck.merged(inside, "sma", 0.2)),
                        "merged_in_decay_n": len(inside), "curve": dcurve})
