@@ -64,10 +64,10 @@ NOTES = {
                    "hundreds of billions of tokens: compare directions, not sizes.",
     "pma_merging": "reference_impl.merging on the checkpoints of one constant-LR GPT run per "
                    "seed, saved every V0 steps: SMA, EMA and WMA of N checkpoints V apart, at "
-                   "several points of training; decay forks from the end of the constant phase "
-                   "(the annealed models) and merging inside them; a loss spike caused by a "
-                   "raised LR, then resumed from the SMA of the pre-spike checkpoints, from the "
-                   "last one, and from the spiked weights. Loss is held-out next-token loss; the "
+                   "several points of training; forks that decay the LR to 0 over the last "
+                   "steps (annealed models at the same tokens as the merges) and merging inside "
+                   "them; a loss spike caused by a raised LR, then resumed from the SMA of the "
+                   "pre-spike checkpoints, from the last one, and from the spiked weights. Loss is held-out next-token loss; the "
                    "paper reports downstream accuracy of MoE models.",
     "bert_ablation": "The reference with the paper's optimizations switched on one after "
                      "another; speedups are over step 0 (padded, unfused). On CPU the fused "
