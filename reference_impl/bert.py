@@ -9,7 +9,11 @@ other switches swap one unfused step for its fused form:
 - ``fused_layernorm``: bias + residual + LayerNorm after each output GEMM in one kernel;
 - ``fused_gemm_gelu``: the FFN's bias + GELU as the epilogue of its first GEMM;
 - ``fused_mha``: varlen attention on the packed tokens (one fused kernel on GPU, length buckets on
-  CPU) instead of matmul + mask + softmax + matmul on the padded batch.
+  CPU) instead of matmul + mask + softmax + matmul on the padded batch;
+- ``cpu_gemm``: on CPU, ``"onednn"`` runs every linear layer on oneDNN with its weight prepacked
+  once and the epilogue (bias + GELU, bias + residual) fused as a post-op; ``"torch"`` keeps
+  ``F.linear`` (MKL in x86 wheels, which takes a slow path on AMD CPUs); ``"auto"`` is oneDNN
+  wherever it can run (CPU, fp32/bf16, no autograd), else torch. Ignored on GPUs.
 
 The paper's ablation ladder (``LADDER``) turns them on one after another. HF ``BertModel``,
 ``AlbertModel`` (factorized embeddings, shared layers) and ``DistilBertModel`` map onto this one
@@ -25,8 +29,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from reference_impl.kernels import (add_bias_residual_layernorm, bias_gelu, padded_attention,
-                                    varlen_attention)
+from reference_impl.kernels import (add_bias_residual_layernorm, bias_gelu, bucket_plan,
+                                    padded_attention, varlen_attention)
+from reference_impl.kernels.cpu_linear import CPU_GEMMS, PackedWeights, dense, use_onednn
 from reference_impl.packing import PackInfo, pack, pack_info, packed_positions, unpack
 
 # HF activation name -> torch GELU approximation (BERT "gelu" is exact; ALBERT's "gelu_new" tanh)
@@ -40,18 +45,25 @@ class Switches:
     fused_gemm_gelu: bool = True
     fused_mha: bool = True
     backend: str = "auto"  # kernel backend: auto (triton on CUDA) | torch | triton
+    cpu_gemm: str = "auto"  # CPU linear layers: auto (oneDNN where usable) | torch | onednn
+
+    def __post_init__(self) -> None:
+        if self.cpu_gemm not in CPU_GEMMS:
+            raise ValueError(f"cpu_gemm={self.cpu_gemm!r} is not one of {CPU_GEMMS}")
 
     @classmethod
     def names(cls) -> list[str]:
         return [f.name for f in fields(cls)]
 
 
+# The paper's steps on F.linear, then the CPU GEMM step (on GPUs the last two steps are equal).
 LADDER: list[tuple[str, Switches]] = [
-    ("padded, unfused", Switches(False, False, False, False)),
-    ("+ fused LayerNorm", Switches(False, True, False, False)),
-    ("+ fused GEMM/GELU", Switches(False, True, True, False)),
-    ("+ padding-free", Switches(True, True, True, False)),
-    ("+ fused MHA", Switches(True, True, True, True)),
+    ("padded, unfused", Switches(False, False, False, False, cpu_gemm="torch")),
+    ("+ fused LayerNorm", Switches(False, True, False, False, cpu_gemm="torch")),
+    ("+ fused GEMM/GELU", Switches(False, True, True, False, cpu_gemm="torch")),
+    ("+ padding-free", Switches(True, True, True, False, cpu_gemm="torch")),
+    ("+ fused MHA", Switches(True, True, True, True, cpu_gemm="torch")),
+    ("+ oneDNN GEMMs, fused epilogues (CPU)", Switches(True, True, True, True, cpu_gemm="auto")),
 ]
 
 
@@ -70,9 +82,14 @@ class EncoderLayer(nn.Module):
         self.ffn_in = nn.Linear(hidden, intermediate)
         self.ffn_out = nn.Linear(intermediate, hidden)
         self.ln_ffn = nn.LayerNorm(hidden, eps=eps)
+        self.packed = PackedWeights()
 
-    def forward(self, x: torch.Tensor, info: PackInfo, sw: Switches) -> torch.Tensor:
-        x = self._norm_after(self.attn_out, self._attention(x, info, sw), x, self.ln_attn, sw)
+    def forward(self, x: torch.Tensor, info: PackInfo, sw: Switches,
+                plan: list | None = None) -> torch.Tensor:
+        if use_onednn(sw.cpu_gemm, x, self.qkv.weight):
+            return self._forward_onednn(x, info, sw, plan)
+        x = self._norm_after(self.attn_out, self._attention(x, self.qkv(x), info, sw, plan), x,
+                             self.ln_attn, sw)
         if sw.fused_gemm_gelu:
             h = bias_gelu(F.linear(x, self.ffn_in.weight), self.ffn_in.bias, self.approximate,
                           backend=sw.backend)
@@ -88,16 +105,38 @@ class EncoderLayer(nn.Module):
                                                ln.weight, ln.bias, self.eps, backend=sw.backend)
         return ln(proj(h) + residual)
 
-    def _attention(self, x: torch.Tensor, info: PackInfo, sw: Switches) -> torch.Tensor:
+    def _forward_onednn(self, x: torch.Tensor, info: PackInfo, sw: Switches,
+                        plan: list | None) -> torch.Tensor:
+        """The same layer with every GEMM on oneDNN (prepacked weights, fused epilogues)."""
+        ctx = self._attention(x, dense(self.qkv, x, self.packed, "qkv"), info, sw, plan)
+        x = self._norm_after_onednn(self.attn_out, "attn_out", ctx, x, self.ln_attn, sw)
+        act = "gelu" if self.approximate == "none" else "gelu_tanh"
+        if sw.fused_gemm_gelu:
+            h = dense(self.ffn_in, x, self.packed, "ffn_in", activation=act)
+        else:
+            h = F.gelu(dense(self.ffn_in, x, self.packed, "ffn_in"), approximate=self.approximate)
+        return self._norm_after_onednn(self.ffn_out, "ffn_out", h, x, self.ln_ffn, sw)
+
+    def _norm_after_onednn(self, proj: nn.Linear, name: str, h: torch.Tensor,
+                           residual: torch.Tensor, ln: nn.LayerNorm, sw: Switches
+                           ) -> torch.Tensor:
+        if sw.fused_layernorm:  # bias + residual as the GEMM's post-op, then one LayerNorm pass
+            y = dense(proj, h, self.packed, name, residual=residual)
+        else:
+            y = dense(proj, h, self.packed, name) + residual
+        return F.layer_norm(y, y.shape[-1:], ln.weight, ln.bias, self.eps)
+
+    def _attention(self, x: torch.Tensor, qkv: torch.Tensor, info: PackInfo, sw: Switches,
+                   plan: list | None) -> torch.Tensor:
         rows = x.shape[0]
-        q, k, v = self.qkv(x).view(rows, 3, self.heads, self.head_dim).unbind(1)
+        q, k, v = qkv.view(rows, 3, self.heads, self.head_dim).unbind(1)
         scale = 1.0 / math.sqrt(self.head_dim)
         if sw.fused_mha:
             if not sw.padding_free:  # the kernel wants the valid tokens: gather, then scatter
                 q, k, v = (pack(t.view(info.batch_size, info.padded_len, *t.shape[1:]), info)
                            for t in (q, k, v))
             ctx = varlen_attention(q, k, v, info.cu_seqlens, info.max_seqlen,
-                                   softmax_scale=scale, backend=sw.backend)
+                                   softmax_scale=scale, backend=sw.backend, plan=plan)
             if not sw.padding_free:
                 ctx = unpack(ctx, info).flatten(0, 1)
         else:  # the padded, unfused form; a padding-free encoder re-pads for it (paper step 3)
@@ -150,10 +189,11 @@ class PaddingFreeBert(nn.Module):
         if kind == "DebertaV2Model":
             from reference_impl.deberta import PaddingFreeDebertaV2
 
-            if Switches(**switches) != Switches(backend=switches.get("backend", "auto")):
+            sw = Switches(**switches)
+            if sw != Switches(backend=sw.backend, cpu_gemm=sw.cpu_gemm):
                 raise ValueError(f"DebertaV2Model runs padding-free with its own attention; "
                                  f"switches {switches} are not supported for it")
-            return PaddingFreeDebertaV2.from_hf(model)
+            return PaddingFreeDebertaV2.from_hf(model, cpu_gemm=sw.cpu_gemm)
         loaders = {"BertModel": _from_bert, "AlbertModel": _from_albert,
                    "DistilBertModel": _from_distilbert}
         if kind not in loaders:
@@ -179,8 +219,11 @@ class PaddingFreeBert(nn.Module):
         x = self.ln_embed(x)
         if self.embed_proj is not None:
             x = self.embed_proj(x)
+        # the attention buckets' indices, once for all layers (CPU varlen path only)
+        plan = (bucket_plan(info.cu_seqlens) if sw.fused_mha and not x.is_cuda
+                and sw.backend != "triton" else None)
         for layer in self.layers:
-            x = layer(x, info, sw)
+            x = layer(x, info, sw, plan)
         if sw.padding_free:
             return unpack(x, info)
         out = x.view(info.batch_size, info.padded_len, -1)

@@ -29,14 +29,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from reference_impl.kernels.cpu_linear import CPU_GEMMS, PackedWeights, dense, use_onednn
 from reference_impl.packing import PackInfo, pack, pack_info, packed_positions, unpack
 
-_ACTIVATIONS = {
-    "gelu": lambda x: F.gelu(x),
-    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
-    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
-    "relu": F.relu,
-}
+# HF activation name -> the name ``dense`` fuses (oneDNN post-op on CPU, else applied after)
+_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+                "relu": "relu"}
 _POS_ATT_TYPES = ("c2p", "p2c")
 _NORM_REL_EBD = ("none", "layer_norm")
 
@@ -162,10 +160,10 @@ class DisentangledAttention(nn.Module):
         self.pos_query = nn.Linear(dims.hidden, inner) if dims.p2c and own else None
 
     def forward(self, x: torch.Tensor, rel_table: torch.Tensor | None,
-                groups: list[AttentionGroup]) -> torch.Tensor:
+                groups: list[AttentionGroup], packed: PackedWeights | None) -> torch.Tensor:
         d = self.dims
         split = lambda t: t.view(t.shape[0], d.heads, d.head_dim)  # (N, heads, d)
-        q, k, v = split(self.query(x)), split(self.key(x)), split(self.value(x))
+        q, k, v = (split(dense(getattr(self, n), x, packed, n)) for n in ("query", "key", "value"))
         if d.c2p:  # Kr: the relative table through the key projection, (heads, 2 * span, d)
             pos_k = split((self.key if self.pos_key is None else self.pos_key)(rel_table))
             pos_k = pos_k.transpose(0, 1)
@@ -203,19 +201,27 @@ class EncoderLayer(nn.Module):
         self.ffn_out = nn.Linear(dims.intermediate, dims.hidden)
         self.ln_ffn = nn.LayerNorm(dims.hidden, eps=dims.eps)
         self.act = _ACTIVATIONS[dims.activation]
+        self.packed = PackedWeights()
 
     def forward(self, x: torch.Tensor, rel_table: torch.Tensor | None,
-                groups: list[AttentionGroup]) -> torch.Tensor:
-        x = self.ln_attn(x + self.attn_out(self.attn(x, rel_table, groups)))
-        return self.ln_ffn(x + self.ffn_out(self.act(self.ffn_in(x))))
+                groups: list[AttentionGroup], onednn: bool) -> torch.Tensor:
+        """``onednn``: every GEMM on oneDNN, bias + activation / residual fused (CPU)."""
+        p = self.packed if onednn else None
+        x = self.ln_attn(dense(self.attn_out, self.attn(x, rel_table, groups, p), p, "attn_out",
+                               residual=x))
+        h = dense(self.ffn_in, x, p, "ffn_in", activation=self.act)
+        return self.ln_ffn(dense(self.ffn_out, h, p, "ffn_out", residual=x))
 
 
 class PaddingFreeDebertaV2(nn.Module):
     """DeBERTa-v2 encoder that never computes on padding. Returns the last hidden state
     ``[B, S, H]`` with zeros at padded positions."""
 
-    def __init__(self, dims: DebertaV2Dims):
+    def __init__(self, dims: DebertaV2Dims, cpu_gemm: str = "auto"):
         super().__init__()
+        if cpu_gemm not in CPU_GEMMS:
+            raise ValueError(f"cpu_gemm={cpu_gemm!r} is not one of {CPU_GEMMS}")
+        self.cpu_gemm = cpu_gemm  # as in bert.Switches: oneDNN linear layers on CPU
         if dims.activation not in _ACTIVATIONS:
             raise ValueError(f"activation={dims.activation!r} is not one of {sorted(_ACTIVATIONS)}")
         self.dims = dims
@@ -232,7 +238,7 @@ class PaddingFreeDebertaV2(nn.Module):
         self.layers = nn.ModuleList(EncoderLayer(dims) for _ in range(dims.layers))
 
     @classmethod
-    def from_hf(cls, model: nn.Module) -> "PaddingFreeDebertaV2":
+    def from_hf(cls, model: nn.Module, cpu_gemm: str = "auto") -> "PaddingFreeDebertaV2":
         """Copy the weights of a HF ``DebertaV2Model``; the result has its dtype and device and is
         in eval mode. Settings this encoder does not implement raise ``ValueError``."""
         dims = _dims_from_config(model.config)
@@ -240,7 +246,7 @@ class PaddingFreeDebertaV2(nn.Module):
             raise ValueError(f"z_steps={model.z_steps} unsupported; only z_steps <= 1 "
                              "(the plain encoder)")
         ref = next(model.parameters())
-        self = cls(dims).to(ref.device, ref.dtype)
+        self = cls(dims, cpu_gemm).to(ref.device, ref.dtype)
         emb, enc = model.embeddings, model.encoder
         with torch.no_grad():
             self.word.weight.copy_(emb.word_embeddings.weight)
@@ -292,8 +298,9 @@ class PaddingFreeDebertaV2(nn.Module):
         if self.ln_rel is not None:
             rel_table = self.ln_rel(rel_table)
         groups = attention_groups(info, self.dims)
+        onednn = bool(self.layers) and use_onednn(self.cpu_gemm, x, self.layers[0].ffn_in.weight)
         for layer in self.layers:
-            x = layer(x, rel_table, groups)
+            x = layer(x, rel_table, groups, onednn)
         return unpack(x, info)
 
 

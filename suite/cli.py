@@ -34,11 +34,20 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--in-process", action="store_true",
                      help="run here instead of in a supervised child process")
 
-    peak = sub.add_parser("peak", help="measure achievable matmul FLOP/s of this device")
+    peak = sub.add_parser("peak", help="measure the GEMM FLOP/s of every library this machine "
+                                       "reaches (each in its own process) -> peak.json")
     peak.add_argument("--dtypes", nargs="+", default=["fp32"])
     peak.add_argument("--sizes", nargs="+", type=int, default=[1024, 2048])
     peak.add_argument("--repeats", type=int, default=3)
+    peak.add_argument("--min-time-s", type=float, default=0.2, help="per timed round")
     peak.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    peak.add_argument("--threads", type=int, help="default: the usable cores")
+    peak.add_argument("--libraries", nargs="+",
+                      help="default: every library of the device type (torch.matmul, onednn, "
+                           "numpy, tensorflow, onnxruntime on CPU; cublas on CUDA)")
+    peak.add_argument("--fma-units", type=int,
+                      help="FMA units per core, where cpuinfo cannot tell (Intel AVX-512 SKUs)")
+    peak.add_argument("--clock-ghz", type=float, help="the clock for the theoretical peak")
     peak.add_argument("--out", type=Path, help="write JSON here (default: print)")
 
     train = sub.add_parser("train", help="one training run under its launcher -> a record and "
@@ -101,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     plot.add_argument("--paper", type=Path, help="the paper's numbers the figure shows beside")
     plot.add_argument("--claims", type=Path, help="the paper's claims table")
     plot.add_argument("--curves", type=Path, help="vwn_scaling/pma_merging: curves.csv")
+    plot.add_argument("--peak", type=Path, help="bert_varlen: peak.json for the roofline panel")
     plot.add_argument("--out", type=Path, required=True, help="figure path without suffix")
 
     scale = sub.add_parser("scale-model",
@@ -135,7 +145,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.in_process:
         from suite.records import write_record
 
-        peak = json.loads(args.peak.read_text()) if args.peak else None
+        from suite.peak.schema import read_peak
+
+        peak = read_peak(args.peak)
         record = _measure(args, cfg, peak)
         write_record(record, args.out)
         print(f"{args.out}: {record.status.value} {record.reason[:200]}", file=sys.stderr)
@@ -178,22 +190,31 @@ def _measure(args: argparse.Namespace, cfg, peak):
 
 
 def _peak(args: argparse.Namespace) -> int:
-    import torch
-
     from suite.env import capture
     from suite.peak import peak_report
     from suite.records import atomic_write_json
 
-    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available()
-                          else "cpu" if args.device == "auto" else args.device)
-    result = {"schema_version": 1, **peak_report(args.dtypes, device, args.sizes, args.repeats),
-              "env": capture(),
+    device_type = args.device
+    if device_type == "auto":
+        import torch
+
+        device_type = "cuda" if torch.cuda.is_available() else "cpu"
+    result = {**peak_report(args.dtypes, device_type, args.sizes, args.repeats, args.threads,
+                            args.libraries, args.min_time_s, args.fma_units, args.clock_ghz),
+              "env": capture(torch_info=False),
               "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     for dtype, entry in result["peaks"].items():
-        sheet = entry["datasheet"]
-        sheet_text = f"{sheet['flops_per_s'] / 1e12:g} TFLOP/s" if sheet else "none known"
-        print(f"{dtype}: measured {entry['measured']['flops_per_s'] / 1e9:.1f} GFLOP/s "
-              f"(n={entry['measured']['size']}); datasheet: {sheet_text}", file=sys.stderr)
+        for lib, e in entry["libraries"].items():
+            rate = (f"{e['flops_per_s'] / 1e9:8.1f} GFLOP/s  {e['isa']}" if e["status"] == "ok"
+                    else f"{e['status']}: {e['reason']}")
+            print(f"{dtype} {lib:13s} {rate}", file=sys.stderr)
+        best, theory = entry["measured"], entry["theoretical"]
+        print(f"{dtype} measured peak: " + (f"{best['flops_per_s'] / 1e9:.1f} GFLOP/s "
+                                            f"({best['library']})" if best else "none"),
+              file=sys.stderr)
+        print(f"{dtype} theoretical: " + (f"{theory['flops_per_s'] / 1e9:.1f} GFLOP/s = "
+                                          f"{theory['formula']}" if theory["flops_per_s"]
+                                          else f"unknown ({theory['reason']})"), file=sys.stderr)
     if args.out:
         atomic_write_json(result, args.out)
     else:
@@ -368,8 +389,11 @@ def _plot(args: argparse.Namespace) -> int:
     def read(path: Path | None) -> pd.DataFrame | None:
         return pd.read_csv(path) if path else None
 
+    from suite.peak.schema import read_peak
+
     experiment_figure(args.experiment, pd.read_csv(args.table), read(args.paper),
-                      read(args.claims), args.out, curves=read(args.curves))
+                      read(args.claims), args.out, curves=read(args.curves),
+                      peak=read_peak(args.peak))
     return 0
 
 

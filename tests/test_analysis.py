@@ -76,3 +76,30 @@ def test_all_failed_still_renders(tmp_path):
     assert all(p.stat().st_size > 0 for p in fig)
     html = render_report([("bert_varlen", table, fig[1])], tmp_path / "index.html").read_text()
     assert "no GPU" in html and "unavailable" in html
+
+
+def test_roofline_panel_draws_a_line_per_library_and_the_known_theoretical_peak(tmp_path):
+    import matplotlib.pyplot as plt
+
+    from suite.analysis.plots import roofline_panel
+
+    paths = write_all(tmp_path, [record("torch-eager", 64, [0.02, 0.021, 0.019]),
+                                 record("reference", 64, [0.01, 0.011, 0.009],
+                                        padding_free=True)])
+    table = tidy_table(paths)
+    peak = {"peaks": {"fp32": {
+        "libraries": {"torch.matmul": {"flops_per_s": 197e9}, "onednn": {"flops_per_s": 446e9},
+                      "onnxruntime": {"flops_per_s": None, "status": "unavailable"}},
+        "theoretical": {"flops_per_s": 512e9}}}}
+    fig, ax = plt.subplots()
+    roofline_panel(ax, table[table.status == "ok"], peak)
+    lines = {round(line.get_ydata()[0]) for line in ax.lines if len(set(line.get_ydata())) == 1}
+    assert {197, 446, 512} <= lines  # a line per library that ran, plus the theoretical
+    labels = [t.get_text() for t in ax.texts]
+    assert "onednn 446" in labels and "theoretical 512" in labels
+    assert not any(t.startswith("onnxruntime") for t in labels)  # unavailable: no line
+    assert {t.get_text() for t in ax.get_legend().get_texts()} == {"reference", "torch-eager"}
+    plt.close(fig)
+    # and the full figure renders with and without a peak
+    assert latency_figure(table, PAPER, tmp_path / "with", peak)
+    assert latency_figure(table, PAPER, tmp_path / "without")

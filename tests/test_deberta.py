@@ -190,3 +190,30 @@ def test_empty_padded_length():
     empty = torch.zeros(2, 0, dtype=torch.long)
     with torch.inference_mode():
         assert ours(empty, empty).shape == (2, 0, BASE["hidden_size"])
+
+
+@pytest.mark.parametrize("cpu_gemm", ["torch", "onednn"])
+@pytest.mark.parametrize("name", ["v3_base_style", "bucketed"])
+def test_cpu_gemm_paths_match_the_float64_oracle(monkeypatch, name, cpu_gemm):
+    import reference_impl.deberta as deberta
+
+    calls = {"onednn": 0}
+    real = deberta.dense
+
+    def spy(layer, x, cache, key, **kw):
+        calls["onednn"] += cache is not None
+        return real(layer, x, cache, key, **kw)
+
+    monkeypatch.setattr(deberta, "dense", spy)
+    hf = hf_model(name, torch.float32)
+    ours = PaddingFreeDebertaV2.from_hf(hf, cpu_gemm=cpu_gemm)
+    batch = bert_batch([5, 0, 23, 1, 13], 24, VOCAB, seed=2)
+    with torch.inference_mode():
+        got = ours(batch.input_ids, batch.attention_mask, batch.token_type_ids)
+        oracle = hf_model(name)  # the same weights in float64 (hf_model is cached: no .double())
+        expected = oracle(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                          token_type_ids=batch.token_type_ids).last_hidden_state
+    assert got.dtype == torch.float32
+    assert_matches_on_valid(batch, expected, got.double(), ATOL_F32)
+    # q, k, v, attention output, two FFN GEMMs per layer
+    assert calls["onednn"] == (6 * len(ours.layers) if cpu_gemm == "onednn" else 0)

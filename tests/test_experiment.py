@@ -12,7 +12,7 @@ from suite.experiments.bert_varlen import run_point
 from suite.isolation import run_isolated
 from suite.records import Record, Status, read_record
 
-PEAK = {"device": "cpu-test", "device_type": "cpu", "threads": 1,
+PEAK = {"schema_version": 1, "device": "cpu-test", "device_type": "cpu", "threads": 1,
         "peaks": {"fp32": {"measured": {"flops_per_s": 1e10}, "datasheet": None}}}
 
 

@@ -1,7 +1,12 @@
+import importlib.util
+import json
+
 import pytest
 import torch
 
-from suite.peak import datasheet_peak, measure_matmul_peak
+from suite.peak import datasheet_peak, peak_report
+from suite.peak.libraries import CPU_LIBRARIES, isa_of, measure_library, parse_verbose
+from suite.peak.schema import SCHEMA_VERSION, efficiency, read_peak
 
 
 @pytest.mark.parametrize("name, dtype, device, tflops", [
@@ -23,16 +28,142 @@ def test_no_datasheet_fallback_for_unknown_devices():
     assert datasheet_peak("NVIDIA H200", "fp8") is None  # a known GPU, an unlisted dtype
 
 
-def test_measured_peak_is_the_best_size():
-    res = measure_matmul_peak("fp32", torch.device("cpu"), [64, 128], repeats=2, min_time_s=0.02)
-    assert [p["size"] for p in res["per_size"]] == [64, 128]
-    best = max(res["per_size"], key=lambda p: p["flops_per_s"])
-    assert res["size"] == best["size"] and res["flops_per_s"] == best["flops_per_s"] > 0
-    assert all(len(p["samples"]) == 2 for p in res["per_size"])
+TINY = dict(sizes=[128], repeats=1, min_time_s=0.02, threads=1)
 
 
-def test_bad_dtype():
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+@pytest.mark.parametrize("library", CPU_LIBRARIES)
+def test_every_cpu_library_measures_in_its_own_process(library):
+    needs = {"tensorflow": "tensorflow", "onnxruntime": "onnxruntime"}.get(library)
+    if needs and not _installed(needs):
+        pytest.skip(f"{needs} is not installed (pip install -e '.[frameworks,onnx]')")
+    e = measure_library(library, "fp32", **TINY)
+    assert e["status"] == "ok", e["reason"]
+    assert e["flops_per_s"] > 0 and e["size"] == 128 and len(e["per_size"][0]["samples"]) == 1
+    assert e["version"] and e["isa_source"]  # where the ISA fact (or its absence) comes from
+    if library in ("torch.matmul", "onednn", "numpy"):
+        assert e["isa"], e["isa_source"]
+
+
+def test_cublas_without_a_gpu_is_unavailable_with_the_reason():
+    if torch.cuda.is_available():
+        e = measure_library("cublas", "fp32", **TINY)
+        assert e["status"] == "ok" and e["flops_per_s"] > 0
+    else:
+        e = measure_library("cublas", "fp32", **TINY)
+        assert e["status"] == "unavailable" and "CUDA" in e["reason"]
+        assert e["flops_per_s"] is None
+
+
+def test_a_dtype_a_library_lacks_is_unavailable_not_faked():
+    e = measure_library("numpy", "bf16", **TINY)
+    assert e["status"] == "unavailable" and "bf16" in e["reason"]
+    assert measure_library("torch.matmul", "tf32", **TINY)["status"] == "unavailable"
+
+
+def test_bad_library_and_dtype_name_the_valid_ones():
+    with pytest.raises(ValueError, match="library='mkl' is not one of"):
+        measure_library("mkl", "fp32", **TINY)
     with pytest.raises(ValueError, match="dtype='int4' is not one of"):
-        measure_matmul_peak("int4", torch.device("cpu"), [64])
-    with pytest.raises(ValueError, match="tf32 is a CUDA"):
-        measure_matmul_peak("tf32", torch.device("cpu"), [64])
+        measure_library("onednn", "int4", **TINY)
+
+
+MKL_BANNER = ("MKL_VERBOSE oneMKL 2024.0 Update 2 Product build 20240605 for Intel(R) 64 "
+              "architecture Intel(R) Advanced Vector Extensions 2 (Intel(R) AVX2) enabled "
+              "processors, Lnx 2.45GHz lp64 gnu_thread\n"
+              "MKL_VERBOSE SGEMM(N,N,256,256,256,...) 8.54ms CNR:OFF Dyn:1 FastMM:1 TID:0 NThr:2\n")
+ONEDNN_LOG = ("onednn_verbose,v1,info,oneDNN v3.12.0 (commit 80afa710)\n"
+              "onednn_verbose,v1,info,cpu,isa:Intel AVX-512 with Intel DL Boost\n"
+              "onednn_verbose,v1,primitive,exec,cpu,reorder,jit:uni,undef,src:f32 dst:f32,,,1.0\n"
+              "onednn_verbose,v1,primitive,exec,cpu,inner_product,brg_matmul:avx512_core,"
+              "forward_inference,src:f32,,,mb256ic256oc256,3.07\n")
+
+
+def test_verbose_banners_give_the_isa_each_library_ran():
+    v = parse_verbose(MKL_BANNER + ONEDNN_LOG)
+    assert v["mkl"] == {"version": "oneMKL 2024.0 Update 2",
+                        "isa": "Intel(R) 64 architecture Intel(R) Advanced Vector Extensions 2 "
+                               "(Intel(R) AVX2) enabled processors"}
+    assert v["onednn"] == {"isa": "Intel AVX-512 with Intel DL Boost", "version": "v3.12.0",
+                           "gemm_implementation": ["brg_matmul:avx512_core"]}
+    isa, source = isa_of("onednn", v, {})
+    assert "brg_matmul:avx512_core" in isa and "ONEDNN_VERBOSE" in source
+    assert "AVX2" in isa_of("torch.matmul", v, {})[0]
+    # TensorFlow that printed oneDNN's banner but ran no oneDNN GEMM: Eigen, ISA not claimed
+    only_info = parse_verbose(ONEDNN_LOG.splitlines()[1])
+    assert isa_of("tensorflow", only_info, {})[0] is None
+
+
+def test_peak_report_calls_the_best_library_the_measured_peak():
+    rep = peak_report(["fp32"], "cpu", [128], 1, threads=1, libraries=["torch.matmul", "onednn"],
+                      min_time_s=0.02)
+    assert rep["schema_version"] == SCHEMA_VERSION and rep["threads"] == 1
+    fp32 = rep["peaks"]["fp32"]
+    best = max(fp32["libraries"].values(), key=lambda e: e["flops_per_s"])
+    assert fp32["measured"]["library"] == best["library"]
+    assert fp32["measured"]["flops_per_s"] == best["flops_per_s"]
+    assert set(fp32["theoretical"]) >= {"flops_per_s", "formula", "inputs", "reason"}
+    assert rep["cpu"]["flags"]
+
+
+V1 = {"schema_version": 1, "device": "AMD EPYC 7B13", "device_type": "cpu", "threads": 2,
+      "peaks": {"fp32": {"measured": {"dtype": "fp32", "flops_per_s": 66e9, "size": 2048,
+                                      "per_size": [{"size": 2048, "flops_per_s": 66e9,
+                                                    "samples": [66e9]}]},
+                         "datasheet": None}}}
+
+
+def _v2(libs: dict[str, float], theory: float | None = None) -> dict:
+    best = max(libs, key=libs.get)
+    return {"schema_version": 2, "device": "AMD EPYC 9B45", "device_type": "cpu", "threads": 2,
+            "peaks": {"fp32": {
+                "measured": {"library": best, "flops_per_s": libs[best], "size": 2048,
+                             "per_size": []},
+                "libraries": {k: {"library": k, "status": "ok", "flops_per_s": v}
+                              for k, v in libs.items()},
+                "theoretical": {"flops_per_s": theory, "formula": "2 x 2 x 16 x 2 x 3.5e9",
+                                "inputs": {}, "reason": "" if theory else "fma_units unknown"},
+                "datasheet": None}}}
+
+
+def test_schema_1_reads_as_schema_2_with_torch_matmul_as_its_library():
+    peak = read_peak(V1)
+    assert peak["schema_version"] == 2 and peak["upgraded_from"] == 1
+    fp32 = peak["peaks"]["fp32"]
+    assert fp32["measured"]["library"] == "torch.matmul"
+    assert fp32["libraries"]["torch.matmul"]["flops_per_s"] == 66e9
+    assert fp32["theoretical"]["flops_per_s"] is None
+    eff = efficiency(33e9, peak, "fp32", "cpu")
+    assert eff["pct_of_measured_peak"] == pytest.approx(50)
+    assert eff["measured_peak_library"] == "torch.matmul"
+
+
+def test_schema_reader_takes_a_path_and_refuses_unknown_versions(tmp_path):
+    path = tmp_path / "peak.json"
+    path.write_text(json.dumps(V1))
+    assert read_peak(path)["peaks"]["fp32"]["measured"]["flops_per_s"] == 66e9
+    assert read_peak(None) is None
+    with pytest.raises(ValueError, match="schema_version=3 is not one of \\[1, 2\\]"):
+        read_peak({**V1, "schema_version": 3})
+
+
+def test_efficiency_names_every_denominator():
+    peak = _v2({"torch.matmul": 197e9, "onednn": 446e9, "numpy": 241e9}, theory=512e9)
+    eff = efficiency(223e9, peak, "fp32", "cpu")
+    assert eff["pct_of_measured_peak"] == pytest.approx(50)
+    assert eff["measured_peak_library"] == "onednn"
+    assert eff["pct_of_library_peak"]["torch.matmul"] == pytest.approx(100 * 223 / 197)
+    assert eff["pct_of_theoretical_peak"] == pytest.approx(100 * 223 / 512)
+    assert "onednn 446.0 GFLOP/s" in eff["peak_note"]
+    unknown = efficiency(223e9, _v2({"onednn": 446e9}), "fp32", "cpu")
+    assert unknown["pct_of_theoretical_peak"] is None
+    assert unknown["theoretical_peak_note"] == "fma_units unknown"
+
+
+def test_efficiency_without_a_usable_peak_says_why():
+    assert "no peak file" in efficiency(1e9, None, "fp32", "cpu")["peak_note"]
+    assert "'cpu'" in efficiency(1e9, read_peak(V1), "fp32", "cuda")["peak_note"]
+    assert "no successful bf16" in efficiency(1e9, read_peak(V1), "bf16", "cpu")["peak_note"]

@@ -214,3 +214,113 @@ def test_triton_backend_end_to_end(padding_free):
     valid = batch.attention_mask.bool()
     torch.testing.assert_close(got[valid], expected[valid], rtol=0, atol=2e-5)
     assert (got[~valid] == 0).all()
+
+
+# ----------------------------------------------------------------------------- CPU GEMM path
+
+ODD = [7, 0, 13, 1, 9, 16]  # empty, single-token, odd lengths and one at the padded length
+
+
+def _fp64_oracle(hf, batch, token_types=True):
+    hf64 = __import__("copy").deepcopy(hf).double()
+    kwargs = {"token_type_ids": batch.token_type_ids} if token_types else {}
+    with torch.inference_mode():
+        return hf64(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                    **kwargs).last_hidden_state
+
+
+def _count_onednn_calls(monkeypatch, module):
+    """Count the linear layers that took the oneDNN path (a packed-weight cache was given)."""
+    calls = {"onednn": 0}
+    real = module.dense
+
+    def spy(layer, x, cache, name, **kw):
+        calls["onednn"] += cache is not None
+        return real(layer, x, cache, name, **kw)
+
+    monkeypatch.setattr(module, "dense", spy)
+    return calls
+
+
+@pytest.mark.parametrize("padding_free", [True, False])
+@pytest.mark.parametrize("cpu_gemm", ["torch", "onednn", "auto"])
+def test_cpu_gemm_paths_match_the_float64_oracle_on_odd_lengths(monkeypatch, cpu_gemm,
+                                                                  padding_free):
+    import reference_impl.bert as bert
+
+    calls = _count_onednn_calls(monkeypatch, bert)
+    hf = canonical_bert(BertDims(**TINY_MODEL), max_position=16, seed=0)  # fp32
+    ours = PaddingFreeBert.from_hf(hf, cpu_gemm=cpu_gemm, padding_free=padding_free)
+    batch = bert_batch(ODD, 16, TINY_MODEL["vocab_size"], seed=4)
+    with torch.inference_mode():
+        got = ours(batch.input_ids, batch.attention_mask, batch.token_type_ids)
+    expected = _fp64_oracle(hf, batch)
+    valid = batch.attention_mask.bool()
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got[valid].double(), expected[valid], rtol=0, atol=1e-4)
+    assert (got[~valid] == 0).all()
+    # 4 linear layers per encoder layer on oneDNN, none on torch
+    want = 0 if cpu_gemm == "torch" else 4 * TINY_MODEL["layers"]
+    assert calls["onednn"] == want
+
+
+@pytest.mark.parametrize("kind", ["albert", "distilbert"])
+def test_variants_take_the_onednn_path_and_match_the_oracle(monkeypatch, kind):
+    import reference_impl.bert as bert
+
+    calls = _count_onednn_calls(monkeypatch, bert)
+    hf = hf_variant(kind, dtype=torch.float32)
+    ours = PaddingFreeBert.from_hf(hf, cpu_gemm="onednn")
+    batch = bert_batch(ODD, 16, 100, seed=5)
+    with torch.inference_mode():
+        got = ours(batch.input_ids, batch.attention_mask,
+                   None if kind == "distilbert" else batch.token_type_ids)
+    expected = _fp64_oracle(hf, batch, token_types=kind != "distilbert")
+    valid = batch.attention_mask.bool()
+    torch.testing.assert_close(got[valid].double(), expected[valid], rtol=0, atol=1e-4)
+    assert calls["onednn"] == 4 * len(ours.layers)
+
+
+def test_onednn_path_refuses_what_it_cannot_run_and_auto_falls_back():
+    hf = canonical_bert(BertDims(**TINY_MODEL), max_position=8).double()
+    batch = bert_batch([3, 8], 8, TINY_MODEL["vocab_size"])
+    with torch.inference_mode(), pytest.raises(ValueError, match="cpu_gemm='onednn' cannot run "
+                                                                 "here: dtype torch.float64"):
+        PaddingFreeBert.from_hf(hf, cpu_gemm="onednn")(batch.input_ids, batch.attention_mask)
+    with pytest.raises(ValueError, match="cpu_gemm='mkl' is not one of"):
+        Switches(cpu_gemm="mkl")
+    with torch.inference_mode():  # float64: auto runs F.linear
+        PaddingFreeBert.from_hf(hf, cpu_gemm="auto")(batch.input_ids, batch.attention_mask)
+
+
+def test_packed_weights_follow_weight_updates():
+    """A weight changed in place after the first call is repacked, not served stale."""
+    hf = canonical_bert(BertDims(**TINY_MODEL), max_position=8)
+    ours = PaddingFreeBert.from_hf(hf, cpu_gemm="onednn")
+    batch = bert_batch([3, 8], 8, TINY_MODEL["vocab_size"])
+    with torch.inference_mode():
+        before = ours(batch.input_ids, batch.attention_mask)
+    with torch.no_grad():
+        ours.layers[0].ffn_in.weight.mul_(2)
+    with torch.inference_mode():
+        after = ours(batch.input_ids, batch.attention_mask)
+        ref = PaddingFreeBert.from_hf(hf, cpu_gemm="torch")
+        ref.load_state_dict(ours.state_dict())
+        expected = ref(batch.input_ids, batch.attention_mask)
+    assert not torch.allclose(before, after)
+    torch.testing.assert_close(after, expected, rtol=0, atol=1e-5)
+
+
+def test_bucket_plan_is_the_same_attention_as_planning_per_call():
+    from reference_impl.kernels import bucket_plan
+
+    lengths = [9, 0, 3, 9, 1, 7, 16]
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+    q, k, v = (torch.randn(sum(lengths), 2, 4, dtype=torch.float64) for _ in range(3))
+    plan = bucket_plan(cu)
+    rows = torch.cat([b.rows for b in plan]).sort().values
+    assert torch.equal(rows, torch.arange(sum(lengths)))  # every token once
+    got = varlen_attention(q, k, v, cu, 16, backend="torch", plan=plan)
+    for i, n in enumerate(lengths):
+        s = slice(int(cu[i]), int(cu[i + 1]))
+        torch.testing.assert_close(got[s], naive_attention(q[s], k[s], v[s], False))

@@ -196,7 +196,7 @@ def test_peak_resolution():
     assert (peak.flops_per_device, peak.n_devices) == (PEAK_FLOPS, 1)
     assert "one device" in note and "WARNING" in note
     # CUDA: the datasheet peak per GPU (looked up when the file has none) x the world size
-    gpu_peak = {"device": "NVIDIA H100 80GB HBM3", "device_type": "cuda", "threads": 1,
+    gpu_peak = {"schema_version": 1, "device": "NVIDIA H100 80GB HBM3", "device_type": "cuda", "threads": 1,
                 "peaks": {"bf16": {"measured": {"flops_per_s": 7e14}, "datasheet": None}}}
     peak, note = resolve_peak(gpu_peak, "bf16", torch.device("cuda", 0), 8, 1)
     assert (peak.flops_per_device, peak.n_devices) == (989e12, 8) and "datasheet" in note

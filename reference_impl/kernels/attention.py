@@ -7,6 +7,9 @@ head_dim)`` plus ``cu_seqlens``. Backends:
 - ``torch``: the CPU path. Sequences are sorted by length and cut into a few buckets whose padding
   stays under ``BUCKET_WASTE`` of the bucket's attention work; each bucket is one batched SDPA call
   with a key-padding mask. For the ByteTransformer length mix that is 2-4 calls instead of B.
+  The gather/scatter indices of the buckets (``bucket_plan``) depend on ``cu_seqlens`` only: a
+  model computes them once per forward and passes them to every layer, so no layer does
+  per-sequence Python work.
 - ``auto``: triton on CUDA, torch otherwise.
 
 ``padded_attention`` is the unfused baseline form (matmul + mask + softmax + matmul on the padded
@@ -16,6 +19,7 @@ batch), the paper's PyTorch attention; the model uses it when ``fused_mha`` is o
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -35,8 +39,10 @@ def varlen_attention(
     causal: bool = False,
     softmax_scale: float | None = None,
     backend: str = "auto",
+    plan: list[Bucket] | None = None,
 ) -> torch.Tensor:
-    """Attention of every sequence with itself only; returns ``(total_tokens, heads, head_dim)``."""
+    """Attention of every sequence with itself only; returns ``(total_tokens, heads, head_dim)``.
+    ``plan``: ``bucket_plan(cu_seqlens)`` made once for many calls (torch backend)."""
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r} is not one of {BACKENDS}")
     if q.dim() != 3 or q.shape != k.shape or q.shape != v.shape:
@@ -51,7 +57,7 @@ def varlen_attention(
 
         return triton_varlen_attention(q, k, v, cu_seqlens, max_seqlen, causal=causal,
                                        softmax_scale=softmax_scale)
-    return _bucketed_attention(q, k, v, cu_seqlens, causal, softmax_scale)
+    return _bucketed_attention(q, k, v, plan or bucket_plan(cu_seqlens), causal, softmax_scale)
 
 
 def length_buckets(lengths: list[int], waste: float = BUCKET_WASTE) -> list[list[int]]:
@@ -71,32 +77,53 @@ def length_buckets(lengths: list[int], waste: float = BUCKET_WASTE) -> list[list
     return buckets
 
 
-def _bucketed_attention(q, k, v, cu_seqlens, causal, softmax_scale):
-    starts = cu_seqlens[:-1].tolist()
-    lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).tolist()
-    out = torch.empty_like(q)
-    for group in length_buckets(lengths):
-        longest = lengths[group[0]]
-        if all(lengths[i] == longest for i in group):
-            # equal lengths: gather a dense [n, longest] index grid, no mask needed
-            idx = torch.tensor([[starts[i] + p for p in range(longest)] for i in group],
-                               device=q.device)
-            qs, ks, vs = (t[idx].transpose(1, 2) for t in (q, k, v))  # [n, heads, len, d]
-            o = F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal, scale=softmax_scale)
-            out[idx] = o.transpose(1, 2)
+@dataclass(frozen=True)
+class Bucket:
+    """Sequences attended in one batched call: ``index[i, p]`` is the packed row of position p
+    of the bucket's sequence i; ``valid`` marks real positions (None: all sequences are as
+    long as the longest); ``rows`` are the packed rows of the valid positions, in order."""
+
+    index: torch.Tensor  # (n, longest) int64; padded slots point at row 0
+    valid: torch.Tensor | None  # (n, longest) bool
+    rows: torch.Tensor  # (sum of lengths,) int64
+
+
+def bucket_plan(cu_seqlens: torch.Tensor, waste: float = BUCKET_WASTE) -> list[Bucket]:
+    """Gather/scatter indices of the length buckets of a packed batch."""
+    cu = cu_seqlens.to("cpu", torch.int64)
+    lengths = (cu[1:] - cu[:-1]).tolist()
+    device = cu_seqlens.device
+    plan = []
+    for group in length_buckets(lengths, waste):
+        members = torch.tensor(group)
+        lens, starts = cu[1:][members] - cu[:-1][members], cu[:-1][members]
+        longest = int(lens[0])
+        pos = torch.arange(longest)
+        index = starts[:, None] + pos[None, :]
+        if bool((lens == longest).all()):
+            plan.append(Bucket(index.to(device), None, index.flatten().to(device)))
             continue
-        lens = torch.tensor([lengths[i] for i in group], device=q.device)
-        pos = torch.arange(longest, device=q.device)
-        valid = pos[None, :] < lens[:, None]  # [n, longest]
-        base = torch.tensor([starts[i] for i in group], device=q.device)
-        idx = (base[:, None] + pos[None, :]).where(valid, 0)
-        qs, ks, vs = (t[idx].transpose(1, 2) for t in (q, k, v))
-        mask = valid[:, None, None, :]  # keys only; padded queries are dropped below
+        valid = pos[None, :] < lens[:, None]
+        plan.append(Bucket(index.where(valid, 0).to(device), valid.to(device),
+                           index[valid].to(device)))
+    return plan
+
+
+def _bucketed_attention(q, k, v, plan: list[Bucket], causal, softmax_scale):
+    out = torch.empty_like(q)
+    for b in plan:
+        qs, ks, vs = (t[b.index].transpose(1, 2) for t in (q, k, v))  # [n, heads, len, d]
+        if b.valid is None:  # equal lengths: no mask
+            o = F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal, scale=softmax_scale)
+            out[b.rows] = o.transpose(1, 2).flatten(0, 1)
+            continue
+        mask = b.valid[:, None, None, :]  # keys only; padded queries are dropped below
         if causal:
+            longest = b.index.shape[1]
             mask = mask & torch.ones(longest, longest, dtype=torch.bool,
                                      device=q.device).tril()
         o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, scale=softmax_scale)
-        out[idx[valid]] = o.transpose(1, 2)[valid]
+        out[b.rows] = o.transpose(1, 2)[b.valid]
     return out
 
 

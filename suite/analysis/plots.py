@@ -14,9 +14,11 @@ import pandas as pd  # noqa: E402
 PAPER_LABEL = "paper: A100 fp16 (another machine)"
 
 
-def latency_figure(table: pd.DataFrame, paper: pd.DataFrame, out: Path) -> list[Path]:
+def latency_figure(table: pd.DataFrame, paper: pd.DataFrame, out: Path,
+                   peak: dict | None = None) -> list[Path]:
     """One row per batch size: latency here; speedup here vs the FLOP bounds and the paper's
-    speedup; the paper's own latencies. Writes ``out.png`` and ``out.svg``."""
+    speedup; the paper's own latencies; then the speedup map, the frameworks at the largest
+    point and the roofline. Writes ``out.png`` and ``out.svg``."""
     ok = table[(table.experiment == "bert_varlen") & (table.status == "ok")]
     batch_sizes = sorted(table.batch_size.dropna().unique().astype(int)) or [1]
     fig, axes = plt.subplots(len(batch_sizes) + 1, 3, figsize=(15, 3.8 * (len(batch_sizes) + 1)),
@@ -28,10 +30,50 @@ def latency_figure(table: pd.DataFrame, paper: pd.DataFrame, out: Path) -> list[
         _paper_panel(row[2], paper[paper.batch_size == b], b)
     _heatmap_panel(axes[-1][0], ok)
     _framework_bars(axes[-1][1], ok)
-    axes[-1][2].axis("off")
+    roofline_panel(axes[-1][2], ok, peak)
     machine = ", ".join(sorted(ok.machine.dropna().unique())) or "this machine"
     fig.suptitle(f"BERT variable-length inference: padded vs padding-free on {machine}")
     return save_figure(fig, out)
+
+
+def roofline_panel(ax, ok: pd.DataFrame, peak: dict | None) -> None:
+    """Each system's useful GFLOP/s at each point against a line per GEMM library's measured
+    peak on this machine (and the theoretical peak where it is known): who sits how close to
+    which limit, and whether a framework beats the library the suite timed."""
+    if ok.empty or "useful_gflops_per_s" not in ok:
+        ax.text(0.5, 0.5, "no timed points", ha="center", va="center")
+        ax.axis("off")
+        return
+    points = sorted({(int(b), int(s)) for b, s in zip(ok.batch_size, ok.max_seq_len)})
+    x = {p: i for i, p in enumerate(points)}
+    systems = sorted(ok.baseline.unique(), key=lambda n: (n != "reference", n))
+    markers = "o^svD<>phX*d"
+    for i, name in enumerate(systems):
+        rows = ok[ok.baseline == name].sort_values(["batch_size", "max_seq_len"])
+        xs = [x[(int(b), int(s))] for b, s in zip(rows.batch_size, rows.max_seq_len)]
+        ax.plot(xs, rows.useful_gflops_per_s, marker=markers[i % len(markers)],
+                lw=2.5 if name == "reference" else 0.8, label=name)
+    dtype = str(ok.dtype.iloc[0]) if "dtype" in ok else "fp32"
+    entry = ((peak or {}).get("peaks") or {}).get(dtype) or {}
+    styles = iter(["--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1)), (0, (1, 3))])
+    for lib, e in sorted((entry.get("libraries") or {}).items()):
+        if e.get("flops_per_s"):
+            ax.axhline(e["flops_per_s"] / 1e9, color="k", ls=next(styles, ":"), lw=0.9)
+            ax.annotate(f"{lib} {e['flops_per_s'] / 1e9:.0f}",
+                        (len(points) - 1, e["flops_per_s"] / 1e9), fontsize=7, ha="right",
+                        va="bottom")
+    theory = (entry.get("theoretical") or {}).get("flops_per_s")
+    if theory:
+        ax.axhline(theory / 1e9, color="r", lw=1)
+        ax.annotate(f"theoretical {theory / 1e9:.0f}", (0, theory / 1e9), fontsize=7,
+                    color="r", va="bottom")
+    ax.set_xticks(range(len(points)), [f"b{b}\nL{s}" for b, s in points])
+    peak_text = ("lines: GEMM peak of each library (seedbench peak)" if entry else
+                 "no peak.json: no library lines")
+    ax.set(title=f"roofline ({dtype}): useful GFLOP/s\n{peak_text}", ylabel="useful GFLOP/s",
+           xlabel="point")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=6, ncol=2, loc="lower right")
 
 
 def _heatmap_panel(ax, ok: pd.DataFrame) -> None:
@@ -185,7 +227,8 @@ def save_figure(fig, out: Path) -> list[Path]:
 
 def experiment_figure(experiment: str, table: pd.DataFrame, paper: pd.DataFrame | None,
                       claims: pd.DataFrame | None, out: Path, *,
-                      curves: pd.DataFrame | None = None) -> list[Path]:
+                      curves: pd.DataFrame | None = None,
+                      peak: dict | None = None) -> list[Path]:
     """The figure of one experiment's tidy table (and, for the loss experiments, its curves)."""
     from reference_impl import LADDER
 
@@ -205,7 +248,7 @@ def experiment_figure(experiment: str, table: pd.DataFrame, paper: pd.DataFrame 
 
         return llm_figure(experiment, table, paper, out)
     if experiment == "bert_varlen":
-        return latency_figure(table, paper, out)
+        return latency_figure(table, paper, out, peak)
     if experiment == "bert_fixed":
         return bars_figure(table, out, "Every sequence at max length: no padding to skip")
     if experiment == "bert_mha":

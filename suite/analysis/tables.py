@@ -38,7 +38,12 @@ def record_row(rec: Record, path: Path | None = None) -> dict:
         "useful_gflops_per_s": (d["useful_flops_per_s"] / 1e9
                                 if "useful_flops_per_s" in d else None),
         "pct_of_measured_peak": d.get("pct_of_measured_peak"),
+        "measured_peak_library": d.get("measured_peak_library"),
+        "measured_peak_gflops_per_s": (d["measured_peak_flops_per_s"] / 1e9
+                                       if d.get("measured_peak_flops_per_s") else None),
+        "pct_of_theoretical_peak": d.get("pct_of_theoretical_peak"),
         "pct_of_datasheet_peak": d.get("pct_of_datasheet_peak"),
+        "gemm_library": (d.get("gemm_library") or {}).get("summary"),
         "peak_note": d.get("peak_note"),
         "min_gbytes_per_s": d["min_bytes_per_s"] / 1e9 if "min_bytes_per_s" in d else None,
         "max_abs_err": c.get("max_abs_err"), "max_rel_err": c.get("max_rel_err"),

@@ -25,8 +25,8 @@ from reference_impl.packing import pack, pack_info, unpack
 from suite import env as envmod
 from suite.config import BertVarlenConfig
 from suite.correctness import TOLERANCE
-from suite.experiments.bert_varlen import (TORCH_DTYPES, Unavailable, peak_fractions,
-                                           resolve_device)
+from suite.experiments.bert_varlen import TORCH_DTYPES, Unavailable, resolve_device
+from suite.peak.schema import efficiency
 from suite.records import Record, Status
 from suite.stats import summarize
 from suite.timing import measure, timer_name
@@ -108,7 +108,7 @@ def _run(record: Record, cfg: BertVarlenConfig, op: str, system: str, batch_size
     if useful_flops:
         record.derived.update({"useful_flops": useful_flops,
                                "useful_flops_per_s": useful_flops / median,
-                               **peak_fractions(useful_flops / median, cfg.dtype, device, peak)})
+                               **efficiency(useful_flops / median, peak, cfg.dtype, device.type)})
     else:
         record.derived["min_bytes_per_s"] = min_bytes / median
     record.status = Status.OK

@@ -33,6 +33,8 @@ from suite.config import BertVarlenConfig
 from suite.correctness import compare
 from suite.mfu import bert_encoder_flops
 from suite.models import KINDS, canonical_model, hf_inputs
+from suite.peak.libraries import observe_gemm_library
+from suite.peak.schema import efficiency
 from suite.records import Record, Status
 from suite.stats import summarize
 from suite.timing import measure, timer_name
@@ -155,6 +157,8 @@ def _run(record: Record, cfg: BertVarlenConfig, system: Baseline, batch_size: in
     record.derived = {**derived_metrics(cfg, model, lengths, max_seq_len, stats["median"],
                                         system.padding_free, device, peak),
                       "system": system.details()}
+    if device.type == "cpu" and not system.times_itself:  # one more call, after the timing
+        record.derived["gemm_library"] = observe_gemm_library(lambda: system.run(dev_batch))
     record.status, record.reason = Status.OK, ""
 
 
@@ -204,28 +208,8 @@ def derived_metrics(cfg: BertVarlenConfig, model: torch.nn.Module, lengths: list
         "useful_flops_per_s": useful / median_s,
         "padding_free": padding_free,
     }
-    out.update(peak_fractions(out["useful_flops_per_s"], cfg.dtype, device, peak))
+    out.update(efficiency(out["useful_flops_per_s"], peak, cfg.dtype, device.type))
     return out
-
-
-def peak_fractions(flops_per_s: float, dtype: str, device: torch.device,
-                   peak: dict[str, Any] | None) -> dict[str, Any]:
-    """Useful FLOP/s as a fraction of the measured and the datasheet peak, naming both."""
-    entry = (peak or {}).get("peaks", {}).get(dtype)
-    if entry is None or peak.get("device_type") != device.type:
-        return {"pct_of_measured_peak": None,
-                "peak_note": f"no measured {dtype} peak for {device.type} (run seedbench peak)"}
-    measured = entry["measured"]["flops_per_s"]
-    sheet = entry.get("datasheet")
-    return {
-        "pct_of_measured_peak": 100 * flops_per_s / measured,
-        "measured_peak_flops_per_s": measured,
-        "pct_of_datasheet_peak": 100 * flops_per_s / sheet["flops_per_s"] if sheet else None,
-        "datasheet_peak": sheet,
-        "peak_note": (f"measured {dtype} matmul peak of {peak['device']} "
-                      f"({peak['threads']} threads)" + ("" if sheet else
-                                                        "; no datasheet peak for this device")),
-    }
 
 
 def _progress_printer(label: str):

@@ -68,6 +68,7 @@ from reference_impl.gpt import GPT, GPTConfig
 from suite import env as envmod
 from suite import steplog as sl
 from suite.config import ConfigError
+from suite.peak.schema import describe, read_peak
 from suite.mfu import FlopCount, MfuFigure, TransformerShape, count_flops, mfu_figure
 from suite.records import Record, Status, write_record
 from suite.stats import summarize
@@ -350,24 +351,24 @@ def resolve_peak(peak: dict[str, Any] | None, dtype: str, device: torch.device,
     node (all its ranks' threads together) is one device."""
     if peak is None:
         return None, "no peak given (run `seedbench peak` and pass --peak): MFU not computed"
+    peak = read_peak(peak)
     if peak.get("device_type") != device.type:
         return None, (f"peak file is for device_type={peak.get('device_type')!r}, the run is on "
                       f"{device.type!r}: MFU not computed")
     entry = peak.get("peaks", {}).get(dtype)
-    if entry is None:
-        return None, (f"peak file has no {dtype} entry (has {sorted(peak.get('peaks', {}))}; "
-                      f"run `seedbench peak --dtypes {dtype}`): MFU not computed")
+    if entry is None or not entry.get("measured"):
+        return None, (f"peak file has no measured {dtype} entry (has "
+                      f"{sorted(peak.get('peaks', {}))}; run `seedbench peak --dtypes {dtype}`): "
+                      "MFU not computed")
     name = peak.get("device", "?")
     if device.type == "cpu":
         measured = entry["measured"]["flops_per_s"]
         note = (f"CPU: the {threads_per_node} threads of a node's ranks count as one device "
-                f"({nodes} node(s)), against the measured {dtype} matmul peak of {name} with "
-                f"{peak.get('threads')} threads")
+                f"({nodes} node(s)), against the {describe(peak, dtype)}")
         if peak.get("threads") != threads_per_node:
             note += (f"; WARNING: the run uses {threads_per_node} threads per node, the peak was "
                      f"measured with {peak.get('threads')}")
-        return Peak(measured, nodes, f"measured {dtype} matmul peak, {name}, "
-                                     f"{peak.get('threads')} threads (seedbench peak)"), note
+        return Peak(measured, nodes, describe(peak, dtype)), note
     from suite.peak import datasheet_peak
 
     sheet = entry.get("datasheet") or datasheet_peak(name, dtype)
@@ -375,8 +376,7 @@ def resolve_peak(peak: dict[str, Any] | None, dtype: str, device: torch.device,
         return (Peak(sheet["flops_per_s"], world_size,
                      f"{sheet['device']} {dtype} {sheet['source']}"),
                 f"CUDA: datasheet peak per GPU x {world_size} GPUs")
-    return (Peak(entry["measured"]["flops_per_s"], world_size,
-                 f"measured {dtype} matmul peak, {name} (seedbench peak)"),
+    return (Peak(entry["measured"]["flops_per_s"], world_size, describe(peak, dtype)),
             f"CUDA: no datasheet peak for {name}; measured peak per GPU x {world_size} GPUs")
 
 
@@ -737,7 +737,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     peak = None
     try:
         section = json.loads(args.section_json)
-        peak = json.loads(args.peak.read_text()) if args.peak else None
+        peak = read_peak(args.peak)
     except (OSError, ValueError) as e:
         if rank != 0:
             return 0

@@ -16,6 +16,7 @@ import jinja2
 import pandas as pd
 
 from suite.correctness import REFERENCE, TOLERANCE
+from suite.peak.schema import read_peak
 from suite.records import read_record
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -114,7 +115,7 @@ def render_report(sections: list[tuple[str, Path, Path]], out: Path, *,
         "config_text": Path(config_path).read_text() if config_path else None,
         "config_hashes": sorted(df.config_hash.dropna().unique()),
         "timing": timing,
-        "peak": json.loads(Path(peak_path).read_text()) if peak_path else None,
+        "peak": read_peak(peak_path),
         "reference": REFERENCE,
         "tolerance": TOLERANCE,
         "sections": [{"id": exp, "title": EXPERIMENTS.get(exp, exp), "note": NOTES.get(exp, ""),
@@ -166,6 +167,10 @@ BERT_COLUMNS: list[Column] = [
     ("tokens/s", _num("tokens_per_s", ".0f")),
     ("useful GFLOP/s", _num("useful_gflops_per_s", ".1f")),
     ("% of measured peak", _num("pct_of_measured_peak", ".1f")),
+    ("peak it divides by", lambda r: "–" if r.get("measured_peak_library") is None else
+     f"{r['measured_peak_library']} {_fmt(r.get('measured_peak_gflops_per_s'), '.0f')} GFLOP/s"),
+    ("% of theoretical", _num("pct_of_theoretical_peak", ".1f")),
+    ("GEMMs ran on", lambda r: str(r.get("gemm_library") or "–")),
     ("GB/s", _num("min_gbytes_per_s", ".1f")), ("max abs err", _num("max_abs_err", ".1e")),
 ]
 SCALE_COLUMNS: list[Column] = [
@@ -192,7 +197,8 @@ TRAIN_COLUMNS: list[Column] = [
     ("step ms", _num("median_step_ms", ".1f")), ("95% CI ms", _range("ci_low_ms", "ci_high_ms", ".1f")),
     ("CV", _num("cv", ".2f")), ("n", _num("n_samples", ".0f")),
     ("tokens/s", _num("tokens_per_s", ".0f")), ("MFU %", _num("mfu_percent", ".1f")),
-    ("HFU %", _num("hfu_percent", ".1f")), ("peak MiB (rank 0)", _num("peak_mem_mb", ".0f")),
+    ("HFU %", _num("hfu_percent", ".1f")),
+    ("MFU/HFU peak", lambda r: str(r.get("peak_source") or "–")), ("peak MiB (rank 0)", _num("peak_mem_mb", ".0f")),
     ("loss first→last", lambda r: f"{_fmt(r.get('first_loss'), '.3f')}→"
                                   f"{_fmt(r.get('final_loss'), '.3f')}"),
     ("gate: loss rel diff", _num("gate_max_rel_diff", ".1e")),

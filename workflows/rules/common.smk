@@ -141,9 +141,12 @@ def figure_inputs(wildcards):
         inputs["claims"] = BERT_CLAIMS
     if wildcards.experiment in PRETRAIN_PLAN:
         inputs["curves"] = f"{RESULTS}/{wildcards.experiment}/curves.csv"
+    if wildcards.experiment == "bert_varlen":  # the roofline panel's library lines
+        inputs["peak"] = rules.peak.output[0]
     return inputs
 
 
 def figure_flags(wildcards, input):
-    return " ".join(f"--{k} {v}" for k, v in input.items() if k in ("paper", "claims", "curves"))
+    return " ".join(f"--{k} {v}" for k, v in input.items() if k in ("paper", "claims", "curves",
+                                                                       "peak"))
 
