@@ -112,18 +112,16 @@ def bucket_plan(cu_seqlens: torch.Tensor, waste: float = BUCKET_WASTE) -> list[B
 def _bucketed_attention(q, k, v, plan: list[Bucket], causal, softmax_scale):
     out = torch.empty_like(q)
     for b in plan:
-        qs, ks, vs = (t[b.index].transpose(1, 2) for t in (q, k, v))  # [n, heads, len, d]
-        if b.valid is None:  # equal lengths: no mask
-            o = F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal, scale=softmax_scale)
-            out[b.rows] = o.transpose(1, 2).flatten(0, 1)
-            continue
-        mask = b.valid[:, None, None, :]  # keys only; padded queries are dropped below
+        # one contiguous [n, heads, len, d] copy each: SDPA would make it anyway
+        qs, ks, vs = (t[b.index].transpose(1, 2).contiguous() for t in (q, k, v))
+        mask = None if b.valid is None else b.valid[:, None, None, :]  # keys only
         if causal:
             longest = b.index.shape[1]
-            mask = mask & torch.ones(longest, longest, dtype=torch.bool,
-                                     device=q.device).tril()
+            tril = torch.ones(longest, longest, dtype=torch.bool, device=q.device).tril()
+            mask = tril if mask is None else mask & tril
         o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, scale=softmax_scale)
-        out[b.rows] = o.transpose(1, 2)[b.valid]
+        o = o.transpose(1, 2)  # [n, len, heads, d]; padded query rows are dropped here
+        out.index_copy_(0, b.rows, o.flatten(0, 1) if b.valid is None else o[b.valid])
     return out
 
 

@@ -59,10 +59,11 @@ def measured_best(peak: dict[str, Any] | None, dtype: str, device_type: str
 
 
 def describe(peak: dict[str, Any], dtype: str) -> str:
-    """'best measured fp32 GEMM: onednn 446.1 GFLOP/s (AMD EPYC ..., 2 threads)'."""
+    """'measured fp32 GEMM peak: onednn 446.1 GFLOP/s, the best library (AMD EPYC ..., 2
+    threads, seedbench peak)'."""
     m = peak["peaks"][dtype]["measured"]
-    return (f"best measured {dtype} GEMM: {m['library']} {m['flops_per_s'] / 1e9:.1f} GFLOP/s "
-            f"({peak['device']}, {peak['threads']} threads, seedbench peak)")
+    return (f"measured {dtype} GEMM peak: {m['library']} {m['flops_per_s'] / 1e9:.1f} GFLOP/s, "
+            f"the best library ({peak['device']}, {peak['threads']} threads, seedbench peak)")
 
 
 def efficiency(flops_per_s: float, peak: dict[str, Any] | None, dtype: str,
