@@ -167,3 +167,20 @@ def test_efficiency_without_a_usable_peak_says_why():
     assert "no peak file" in efficiency(1e9, None, "fp32", "cpu")["peak_note"]
     assert "'cpu'" in efficiency(1e9, read_peak(V1), "fp32", "cuda")["peak_note"]
     assert "no successful bf16" in efficiency(1e9, read_peak(V1), "bf16", "cpu")["peak_note"]
+
+
+def test_observed_gemm_library_counts_what_each_call_reached():
+    from suite.peak.libraries import observe_gemm_library
+
+    a = torch.randn(64, 64)
+    packed = torch.ops.mkldnn._reorder_linear_weight(a, 64)
+    mkl = observe_gemm_library(lambda: torch.mm(a, a))
+    onednn = observe_gemm_library(
+        lambda: torch.ops.mkldnn._linear_pointwise(a, packed, None, "none", [], ""))
+    none = observe_gemm_library(lambda: a + a)
+    if torch.backends.mkl.is_available():  # x86 wheels: torch.mm is MKL's sgemm
+        assert mkl["mkl_gemm_calls"] >= 1 and mkl["summary"] == "MKL"
+    assert onednn["onednn_gemm_calls"] == 1 and onednn["mkl_gemm_calls"] == 0
+    assert onednn["summary"] == "oneDNN" and onednn["onednn_implementations"]
+    assert none["mkl_gemm_calls"] == none["onednn_gemm_calls"] == 0
+    assert "neither" in none["summary"]

@@ -324,3 +324,20 @@ def test_bucket_plan_is_the_same_attention_as_planning_per_call():
     for i, n in enumerate(lengths):
         s = slice(int(cu[i]), int(cu[i + 1]))
         torch.testing.assert_close(got[s], naive_attention(q[s], k[s], v[s], False))
+
+
+@pytest.mark.parametrize("lengths, starts", [([11], [0]), ([0, 5, 5, 2], [0, 10]),
+                                             ([3, 6, 3], [3, None])])
+def test_buckets_that_are_one_run_of_rows_are_views(lengths, starts):
+    """Batch 1 (and equal-length neighbours) need no gather: the plan marks the run."""
+    from reference_impl.kernels import bucket_plan
+
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+    plan = bucket_plan(cu)
+    assert [b.start for b in plan] == starts
+    q, k, v = (torch.randn(sum(lengths), 2, 4, dtype=torch.float64) for _ in range(3))
+    for causal in (False, True):
+        got = varlen_attention(q, k, v, cu, max(lengths), causal=causal, plan=plan)
+        for i in range(len(lengths)):
+            s = slice(int(cu[i]), int(cu[i + 1]))
+            torch.testing.assert_close(got[s], naive_attention(q[s], k[s], v[s], causal))

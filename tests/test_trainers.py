@@ -230,6 +230,12 @@ def check_ok_record(record, steplog: Path, world_size: int, trainer: str) -> Non
                                               / PEAK_FLOPS, rel=1e-12)
     assert d["mfu"]["peak_flops"] == PEAK_FLOPS and d["peak_devices"] == 1
     assert d["hfu"]["value"] == pytest.approx(d["mfu"]["value"])  # no checkpointing
+    # the same MFU against each denominator, named (a schema-1 peak: torch.matmul only)
+    den = d["mfu_denominators"]
+    assert den["measured_peak_library"] == "torch.matmul"
+    assert den["pct_of_measured_peak"] == pytest.approx(100 * d["mfu"]["value"])
+    assert den["pct_of_library_peak"] == {"torch.matmul": pytest.approx(100 * d["mfu"]["value"])}
+    assert den["pct_of_theoretical_peak"] is None
     for l in lines:
         assert l[sl.MFU] == pytest.approx(l[sl.TOKENS_PER_S] * d["flops_per_token"] / PEAK_FLOPS)
         assert math.isfinite(l[sl.LOSS]) and l[sl.GRAD_NORM] > 0 and l[sl.PEAK_MEM_BYTES] > 0

@@ -81,11 +81,14 @@ def length_buckets(lengths: list[int], waste: float = BUCKET_WASTE) -> list[list
 class Bucket:
     """Sequences attended in one batched call: ``index[i, p]`` is the packed row of position p
     of the bucket's sequence i; ``valid`` marks real positions (None: all sequences are as
-    long as the longest); ``rows`` are the packed rows of the valid positions, in order."""
+    long as the longest); ``rows`` are the packed rows of the valid positions, in order;
+    ``start``: when those rows are one contiguous run (equal lengths, neighbours in the batch:
+    always for batch 1) its first row, so the bucket is a view, not a gather."""
 
     index: torch.Tensor  # (n, longest) int64; padded slots point at row 0
     valid: torch.Tensor | None  # (n, longest) bool
     rows: torch.Tensor  # (sum of lengths,) int64
+    start: int | None = None
 
 
 def bucket_plan(cu_seqlens: torch.Tensor, waste: float = BUCKET_WASTE) -> list[Bucket]:
@@ -101,7 +104,10 @@ def bucket_plan(cu_seqlens: torch.Tensor, waste: float = BUCKET_WASTE) -> list[B
         pos = torch.arange(longest)
         index = starts[:, None] + pos[None, :]
         if bool((lens == longest).all()):
-            plan.append(Bucket(index.to(device), None, index.flatten().to(device)))
+            rows = index.flatten()
+            run = bool((rows == torch.arange(int(rows[0]), int(rows[0]) + len(rows))).all())
+            plan.append(Bucket(index.to(device), None, rows.to(device),
+                               int(rows[0]) if run else None))
             continue
         valid = pos[None, :] < lens[:, None]
         plan.append(Bucket(index.where(valid, 0).to(device), valid.to(device),
@@ -112,11 +118,17 @@ def bucket_plan(cu_seqlens: torch.Tensor, waste: float = BUCKET_WASTE) -> list[B
 def _bucketed_attention(q, k, v, plan: list[Bucket], causal, softmax_scale):
     out = torch.empty_like(q)
     for b in plan:
+        n, longest = b.index.shape
+        if b.start is not None:  # one contiguous run of rows: views, no gather, no scatter
+            span = slice(b.start, b.start + n * longest)
+            qs, ks, vs = (t[span].unflatten(0, (n, longest)).transpose(1, 2) for t in (q, k, v))
+            o = F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal, scale=softmax_scale)
+            out[span] = o.transpose(1, 2).flatten(0, 1)
+            continue
         # one contiguous [n, heads, len, d] copy each: SDPA would make it anyway
         qs, ks, vs = (t[b.index].transpose(1, 2).contiguous() for t in (q, k, v))
         mask = None if b.valid is None else b.valid[:, None, None, :]  # keys only
         if causal:
-            longest = b.index.shape[1]
             tril = torch.ones(longest, longest, dtype=torch.bool, device=q.device).tril()
             mask = tril if mask is None else mask & tril
         o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, scale=softmax_scale)

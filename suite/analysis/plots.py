@@ -56,24 +56,24 @@ def roofline_panel(ax, ok: pd.DataFrame, peak: dict | None) -> None:
     dtype = str(ok.dtype.iloc[0]) if "dtype" in ok else "fp32"
     entry = ((peak or {}).get("peaks") or {}).get(dtype) or {}
     styles = iter(["--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1)), (0, (1, 3))])
-    for lib, e in sorted((entry.get("libraries") or {}).items()):
-        if e.get("flops_per_s"):
-            ax.axhline(e["flops_per_s"] / 1e9, color="k", ls=next(styles, ":"), lw=0.9)
-            ax.annotate(f"{lib} {e['flops_per_s'] / 1e9:.0f}",
-                        (len(points) - 1, e["flops_per_s"] / 1e9), fontsize=7, ha="right",
-                        va="bottom")
+    ran = [(lib, e["flops_per_s"] / 1e9) for lib, e in (entry.get("libraries") or {}).items()
+           if e.get("flops_per_s")]
+    for i, (lib, gflops) in enumerate(sorted(ran, key=lambda t: -t[1])):
+        ax.axhline(gflops, color="k", ls=next(styles, ":"), lw=0.9)
+        # labels alternate ends so that close lines stay readable
+        ax.annotate(f"{lib} {gflops:.0f}", (len(points) - 1 if i % 2 == 0 else 0, gflops),
+                    fontsize=7, ha="right" if i % 2 == 0 else "left", va="bottom")
     theory = (entry.get("theoretical") or {}).get("flops_per_s")
     if theory:
         ax.axhline(theory / 1e9, color="r", lw=1)
-        ax.annotate(f"theoretical {theory / 1e9:.0f}", (0, theory / 1e9), fontsize=7,
-                    color="r", va="bottom")
+        ax.annotate(f"theoretical {theory / 1e9:.0f}", ((len(points) - 1) / 2, theory / 1e9),
+                    fontsize=7, color="r", ha="center", va="bottom")
     ax.set_xticks(range(len(points)), [f"b{b}\nL{s}" for b, s in points])
-    peak_text = ("lines: GEMM peak of each library (seedbench peak)" if entry else
-                 "no peak.json: no library lines")
-    ax.set(title=f"roofline ({dtype}): useful GFLOP/s\n{peak_text}", ylabel="useful GFLOP/s",
-           xlabel="point")
+    peak_text = "lines: each library's GEMM peak" if entry else "no peak.json: no lines"
+    ax.set(title=f"roofline ({dtype}); {peak_text}", ylabel="useful GFLOP/s")
     ax.set_ylim(bottom=0)
-    ax.legend(fontsize=6, ncol=2, loc="lower right")
+    ax.set_xlim(-0.3, len(points) - 0.7)
+    ax.legend(fontsize=6, ncol=2, loc="upper left", bbox_to_anchor=(0, -0.12), frameon=False)
 
 
 def _heatmap_panel(ax, ok: pd.DataFrame) -> None:

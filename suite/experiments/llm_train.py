@@ -68,8 +68,8 @@ from reference_impl.gpt import GPT, GPTConfig
 from suite import env as envmod
 from suite import steplog as sl
 from suite.config import ConfigError
-from suite.peak.schema import describe, read_peak
 from suite.mfu import FlopCount, MfuFigure, TransformerShape, count_flops, mfu_figure
+from suite.peak.schema import describe, efficiency, read_peak
 from suite.records import Record, Status, write_record
 from suite.stats import summarize
 from suite.trainers import create as create_trainer
@@ -625,6 +625,10 @@ def _train(record: Record, cfg: TrainConfig, engine: Trainer, dist: DistInfo,
         "hfu": h.as_dict() if h else None,
         "peak_devices": peak.n_devices if peak else None,
         "peak_note": peak_note,
+        # MFU against every denominator peak.json has (each library, theoretical), per device
+        "mfu_denominators": (efficiency(tokens_per_s * flops.model_flops_per_token
+                                        / peak.n_devices, peak_file, cfg.dtype, device.type)
+                             if peak else None),
         "peak_mem_bytes": mem_bytes,
         "peak_mem_bytes_per_rank": mem_per_rank,
         "peak_mem_kind": mem_kind,

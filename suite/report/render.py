@@ -73,7 +73,10 @@ NOTES = {
     "bert_ablation": "The reference with the paper's optimizations switched on one after "
                      "another; speedups are over step 0 (padded, unfused). On CPU the fused "
                      "epilogues run as PyTorch ops (the Triton kernels need CUDA), so those two "
-                     "steps are expected to change little here.",
+                     "steps are expected to change little here. Steps 0-4 run their linear layers "
+                     "on F.linear (MKL in x86 wheels); the last step moves them to oneDNN with "
+                     "weights prepacked once and bias+GELU / bias+residual fused as post-ops "
+                     "(on CPU; on GPUs it equals the step before).",
     "bert_variants": "Each family at BERT-base size, padded HF eager against the padding-free "
                      "reference; speedups over the padded HF model.",
     "bert_mha": "Attention alone on BERT-base-shaped Q/K/V (12 heads x 64): varlen attention on "
