@@ -103,3 +103,14 @@ def test_roofline_panel_draws_a_line_per_library_and_the_known_theoretical_peak(
     # and the full figure renders with and without a peak
     assert latency_figure(table, PAPER, tmp_path / "with", peak)
     assert latency_figure(table, PAPER, tmp_path / "without")
+
+
+def test_gemm_library_column_gives_the_calls_each_library_took():
+    from suite.analysis.tables import gemm_library_text
+
+    assert gemm_library_text({"onednn_gemm_calls": 48, "mkl_gemm_calls": 12672}) == \
+        "oneDNN 48 + MKL 12672"
+    assert gemm_library_text({"onednn_gemm_calls": 0, "mkl_gemm_calls": 96}) == "MKL 96"
+    assert gemm_library_text({"onednn_gemm_calls": 0, "mkl_gemm_calls": 0}) == \
+        "its own (not torch's MKL or oneDNN)"
+    assert gemm_library_text(None) is None

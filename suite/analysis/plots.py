@@ -69,7 +69,7 @@ def roofline_panel(ax, ok: pd.DataFrame, peak: dict | None) -> None:
         ax.annotate(f"theoretical {theory / 1e9:.0f}", ((len(points) - 1) / 2, theory / 1e9),
                     fontsize=7, color="r", ha="center", va="bottom")
     ax.set_xticks(range(len(points)), [f"b{b}\nL{s}" for b, s in points])
-    peak_text = "lines: each library's GEMM peak" if entry else "no peak.json: no lines"
+    peak_text = "lines: GEMM peaks" if entry else "no peak.json: no lines"
     ax.set(title=f"roofline ({dtype}); {peak_text}", ylabel="useful GFLOP/s")
     ax.set_ylim(bottom=0)
     ax.set_xlim(-0.3, len(points) - 0.7)

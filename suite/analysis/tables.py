@@ -43,7 +43,7 @@ def record_row(rec: Record, path: Path | None = None) -> dict:
                                        if d.get("measured_peak_flops_per_s") else None),
         "pct_of_theoretical_peak": d.get("pct_of_theoretical_peak"),
         "pct_of_datasheet_peak": d.get("pct_of_datasheet_peak"),
-        "gemm_library": (d.get("gemm_library") or {}).get("summary"),
+        "gemm_library": gemm_library_text(d.get("gemm_library")),
         "peak_note": d.get("peak_note"),
         "min_gbytes_per_s": d["min_bytes_per_s"] / 1e9 if "min_bytes_per_s" in d else None,
         "max_abs_err": c.get("max_abs_err"), "max_rel_err": c.get("max_rel_err"),
@@ -51,6 +51,17 @@ def record_row(rec: Record, path: Path | None = None) -> dict:
         "git_commit": rec.env.get("git", {}).get("commit"), "created_at": rec.created_at,
         "record": str(path) if path else None,
     }
+
+
+def gemm_library_text(seen: dict | None) -> str | None:
+    """'oneDNN 48 + MKL 12672': the GEMM calls one forward made through torch's libraries
+    (attention's small blocked GEMMs count too), or what the record says when it saw none."""
+    if not seen:
+        return None
+    counts = [(name, seen.get(key, 0)) for name, key in (("oneDNN", "onednn_gemm_calls"),
+                                                         ("MKL", "mkl_gemm_calls"))]
+    seen_any = [f"{name} {n}" for name, n in counts if n]
+    return " + ".join(seen_any) if seen_any else "its own (not torch's MKL or oneDNN)"
 
 
 def tidy_table(paths: Iterable[str | Path], padded_baseline: str = "torch-eager") -> pd.DataFrame:

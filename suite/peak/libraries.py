@@ -173,9 +173,8 @@ def library_version(library: str) -> str | None:
 
         extra = f", CUDA {torch.version.cuda}" if library == "cublas" else ""
         return f"torch {torch.__version__}{extra}"
-    dist = {"tensorflow": "tensorflow", "onnxruntime": "onnxruntime"}[library]
     try:
-        return metadata.version(dist)
+        return f"{library} {metadata.version(library)}"  # tensorflow, onnxruntime
     except metadata.PackageNotFoundError:
         return None
 
