@@ -357,7 +357,7 @@ def resolve_peak(peak: dict[str, Any] | None, dtype: str, device: torch.device,
                       f"{device.type!r}: MFU not computed")
     entry = peak.get("peaks", {}).get(dtype)
     if entry is None or not entry.get("measured"):
-        return None, (f"peak file has no measured {dtype} entry (has "
+        return None, (f"peak file has no {dtype} entry with a measurement (has "
                       f"{sorted(peak.get('peaks', {}))}; run `seedbench peak --dtypes {dtype}`): "
                       "MFU not computed")
     name = peak.get("device", "?")

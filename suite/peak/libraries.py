@@ -232,13 +232,16 @@ def parse_verbose(text: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if m := _MKL_INFO.search(text):
         out["mkl"] = {"version": f"{m.group(1)} {m.group(2)}", "isa": m.group(3).strip()}
+    # oneDNN prints its info lines once per process; GEMM exec lines every time
+    onednn: dict[str, Any] = {}
     if m := _ONEDNN_ISA.search(text):
-        out["onednn"] = {"isa": m.group(1).strip()}
-        if v := _ONEDNN_VERSION.search(text):
-            out["onednn"]["version"] = v.group(1)
-        impls = sorted({g.group(2) for g in _ONEDNN_GEMM.finditer(text)})
-        if impls:
-            out["onednn"]["gemm_implementation"] = impls
+        onednn["isa"] = m.group(1).strip()
+    if v := _ONEDNN_VERSION.search(text):
+        onednn["version"] = v.group(1)
+    if impls := sorted({g.group(2) for g in _ONEDNN_GEMM.finditer(text)}):
+        onednn["gemm_implementation"] = impls
+    if onednn:
+        out["onednn"] = onednn
     return out
 
 
@@ -254,7 +257,8 @@ def isa_of(library: str, verbose: dict[str, Any], self_report: dict[str, Any]
     if library in ("onednn", "tensorflow") and verbose.get("onednn", {}).get("gemm_implementation"):
         d = verbose["onednn"]
         impl = ", ".join(d.get("gemm_implementation", [])) or "no GEMM primitive seen"
-        return f"{d['isa']} (GEMM ran {impl})", f"ONEDNN_VERBOSE ({d.get('version', 'oneDNN')})"
+        return (f"{d.get('isa', 'ISA line not printed')} (GEMM ran {impl})",
+                f"ONEDNN_VERBOSE ({d.get('version', 'oneDNN')})")
     if library == "tensorflow":
         return None, ("TensorFlow printed no oneDNN GEMM in verbose mode (Eigen kernels): "
                       "ISA not reported")
