@@ -31,7 +31,7 @@ from torch import nn
 
 from reference_impl.kernels import (add_bias_residual_layernorm, bias_gelu, bucket_plan,
                                     padded_attention, varlen_attention)
-from reference_impl.kernels.cpu_linear import CPU_GEMMS, PackedWeights, dense, use_onednn
+from reference_impl.kernels.cpu_linear import PackedWeights, check_cpu_gemm, dense, use_onednn
 from reference_impl.packing import PackInfo, pack, pack_info, packed_positions, unpack
 
 # HF activation name -> torch GELU approximation (BERT "gelu" is exact; ALBERT's "gelu_new" tanh)
@@ -48,8 +48,7 @@ class Switches:
     cpu_gemm: str = "auto"  # CPU linear layers: auto (oneDNN where usable) | torch | onednn
 
     def __post_init__(self) -> None:
-        if self.cpu_gemm not in CPU_GEMMS:
-            raise ValueError(f"cpu_gemm={self.cpu_gemm!r} is not one of {CPU_GEMMS}")
+        check_cpu_gemm(self.cpu_gemm)
 
     @classmethod
     def names(cls) -> list[str]:

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from reference_impl.kernels.cpu_linear import CPU_GEMMS, PackedWeights, dense, use_onednn
+from reference_impl.kernels.cpu_linear import PackedWeights, check_cpu_gemm, dense, use_onednn
 from reference_impl.packing import PackInfo, pack, pack_info, packed_positions, unpack
 
 # HF activation name -> the name ``dense`` fuses (oneDNN post-op on CPU, else applied after)
@@ -219,9 +219,7 @@ class PaddingFreeDebertaV2(nn.Module):
 
     def __init__(self, dims: DebertaV2Dims, cpu_gemm: str = "auto"):
         super().__init__()
-        if cpu_gemm not in CPU_GEMMS:
-            raise ValueError(f"cpu_gemm={cpu_gemm!r} is not one of {CPU_GEMMS}")
-        self.cpu_gemm = cpu_gemm  # as in bert.Switches: oneDNN linear layers on CPU
+        self.cpu_gemm = check_cpu_gemm(cpu_gemm)  # as in bert.Switches: oneDNN linear layers
         if dims.activation not in _ACTIVATIONS:
             raise ValueError(f"activation={dims.activation!r} is not one of {sorted(_ACTIVATIONS)}")
         self.dims = dims

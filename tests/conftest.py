@@ -32,3 +32,17 @@ def tiny_cfg() -> BertVarlenConfig:
         "timing": {"warmup": 1, "min_repeats": 3, "min_time_s": 0.0}, "device": "cpu",
         "threads": 1,
     })
+
+
+def count_onednn_calls(monkeypatch, module) -> dict[str, int]:
+    """Spy on ``module.dense``: counts the linear layers that took the oneDNN path (those
+    given a packed-weight cache)."""
+    calls = {"onednn": 0}
+    real = module.dense
+
+    def spy(layer, x, cache, name, **kw):
+        calls["onednn"] += cache is not None
+        return real(layer, x, cache, name, **kw)
+
+    monkeypatch.setattr(module, "dense", spy)
+    return calls

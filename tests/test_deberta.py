@@ -12,6 +12,8 @@ from transformers.models.deberta_v2.modeling_deberta_v2 import make_log_bucket_p
 from reference_impl.deberta import PaddingFreeDebertaV2, log_bucket
 from suite.workloads import bert_batch
 
+from conftest import count_onednn_calls
+
 VOCAB = 100
 BASE = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
             intermediate_size=64, max_position_embeddings=64)
@@ -197,14 +199,7 @@ def test_empty_padded_length():
 def test_cpu_gemm_paths_match_the_float64_oracle(monkeypatch, name, cpu_gemm):
     import reference_impl.deberta as deberta
 
-    calls = {"onednn": 0}
-    real = deberta.dense
-
-    def spy(layer, x, cache, key, **kw):
-        calls["onednn"] += cache is not None
-        return real(layer, x, cache, key, **kw)
-
-    monkeypatch.setattr(deberta, "dense", spy)
+    calls = count_onednn_calls(monkeypatch, deberta)
     hf = hf_model(name, torch.float32)
     ours = PaddingFreeDebertaV2.from_hf(hf, cpu_gemm=cpu_gemm)
     batch = bert_batch([5, 0, 23, 1, 13], 24, VOCAB, seed=2)

@@ -10,7 +10,7 @@ from suite.config import BertDims
 from suite.models import canonical_bert
 from suite.workloads import bert_batch
 
-from conftest import TINY_MODEL
+from conftest import TINY_MODEL, count_onednn_calls
 
 
 def naive_attention(q, k, v, causal):
@@ -229,26 +229,13 @@ def _fp64_oracle(hf, batch, token_types=True):
                     **kwargs).last_hidden_state
 
 
-def _count_onednn_calls(monkeypatch, module):
-    """Count the linear layers that took the oneDNN path (a packed-weight cache was given)."""
-    calls = {"onednn": 0}
-    real = module.dense
-
-    def spy(layer, x, cache, name, **kw):
-        calls["onednn"] += cache is not None
-        return real(layer, x, cache, name, **kw)
-
-    monkeypatch.setattr(module, "dense", spy)
-    return calls
-
-
 @pytest.mark.parametrize("padding_free", [True, False])
 @pytest.mark.parametrize("cpu_gemm", ["torch", "onednn", "auto"])
 def test_cpu_gemm_paths_match_the_float64_oracle_on_odd_lengths(monkeypatch, cpu_gemm,
                                                                   padding_free):
     import reference_impl.bert as bert
 
-    calls = _count_onednn_calls(monkeypatch, bert)
+    calls = count_onednn_calls(monkeypatch, bert)
     hf = canonical_bert(BertDims(**TINY_MODEL), max_position=16, seed=0)  # fp32
     ours = PaddingFreeBert.from_hf(hf, cpu_gemm=cpu_gemm, padding_free=padding_free)
     batch = bert_batch(ODD, 16, TINY_MODEL["vocab_size"], seed=4)
@@ -268,7 +255,7 @@ def test_cpu_gemm_paths_match_the_float64_oracle_on_odd_lengths(monkeypatch, cpu
 def test_variants_take_the_onednn_path_and_match_the_oracle(monkeypatch, kind):
     import reference_impl.bert as bert
 
-    calls = _count_onednn_calls(monkeypatch, bert)
+    calls = count_onednn_calls(monkeypatch, bert)
     hf = hf_variant(kind, dtype=torch.float32)
     ours = PaddingFreeBert.from_hf(hf, cpu_gemm="onednn")
     batch = bert_batch(ODD, 16, 100, seed=5)

@@ -31,13 +31,17 @@ def onednn_usable(x: torch.Tensor, weight: torch.Tensor) -> tuple[bool, str]:
     return True, ""
 
 
+def check_cpu_gemm(cpu_gemm: str) -> str:
+    if cpu_gemm not in CPU_GEMMS:
+        raise ValueError(f"cpu_gemm={cpu_gemm!r} is not one of {CPU_GEMMS}")
+    return cpu_gemm
+
+
 def use_onednn(cpu_gemm: str, x: torch.Tensor, weight: torch.Tensor) -> bool:
     """Whether linear layers run on oneDNN for this input under the ``cpu_gemm`` setting:
     "torch" never, "auto" where it can (CPU, fp32/bf16, no autograd), "onednn" always on CPU
     (an error where it cannot). GPU tensors always take torch."""
-    if cpu_gemm not in CPU_GEMMS:
-        raise ValueError(f"cpu_gemm={cpu_gemm!r} is not one of {CPU_GEMMS}")
-    if x.is_cuda or cpu_gemm == "torch":
+    if check_cpu_gemm(cpu_gemm) == "torch" or x.is_cuda:
         return False
     ok, why = onednn_usable(x, weight)
     if cpu_gemm == "onednn" and not ok:
