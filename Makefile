@@ -16,7 +16,7 @@ RUN := PATH="$(abspath $(BIN)):$$PATH"
 help:
 	@echo "make reproduce [CONFIG=workflows/config/paper.yaml]  run the workflow -> reports/index.html"
 	@echo "make test                                           run the test suite"
-	@echo "make lint                                           snakemake --lint"
+	@echo "make lint                                           ruff + snakemake --lint (fails on any finding)"
 	@echo "make lock                                           rewrite requirements.lock from the venv"
 
 # The pinned stack: exact versions from requirements.lock, the project itself editable.
@@ -40,7 +40,8 @@ test: $(STAMP)
 	$(RUN) $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(RUN) $(BIN)/snakemake --lint --configfile $(CONFIG)
+	$(BIN)/ruff check .
+	$(RUN) $(BIN)/python workflows/lint.py --configfile $(CONFIG)
 
 lock: $(STAMP)
 	{ echo "# Exact versions this project is tested with (pip freeze of 'make venv', Python 3.11, CPU)."; \

@@ -2,6 +2,8 @@
 # -> report. Default config: the CPU-sized smoke sweep; see README for the paper-scale one.
 from snakemake.utils import min_version
 
+from suite.experiments import registry as experiments
+
 min_version("9.0")
 
 
@@ -9,9 +11,9 @@ configfile: "workflows/config/smoke.yaml"
 
 
 wildcard_constraints:
-    baseline=r"[a-z0-9][a-z0-9_-]*",
+    system=r"[a-z0-9][a-z0-9_-]*",
     batch=r"\d+",
-    experiment=r"(bert|llm|vwn|pma)_[a-z_]+",
+    experiment=experiments.pattern(),
     subject=r"[a-z0-9_]+",
     max_len=r"\d+",
     program=r"[a-z0-9][a-z0-9_]*",

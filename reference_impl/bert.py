@@ -23,7 +23,6 @@ encoder; ``DebertaV2Model`` (disentangled attention) has its own module in ``deb
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
 
 import torch
 import torch.nn.functional as F
@@ -31,39 +30,12 @@ from torch import nn
 
 from reference_impl.kernels import (add_bias_residual_layernorm, bias_gelu, bucket_plan,
                                     padded_attention, varlen_attention)
-from reference_impl.kernels.cpu_linear import PackedWeights, check_cpu_gemm, dense, use_onednn
+from reference_impl.kernels.cpu_linear import PackedWeights, dense, use_onednn
 from reference_impl.packing import PackInfo, pack, pack_info, packed_positions, unpack
+from reference_impl.switches import Switches
 
 # HF activation name -> torch GELU approximation (BERT "gelu" is exact; ALBERT's "gelu_new" tanh)
 _GELU = {"gelu": "none", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh"}
-
-
-@dataclass(frozen=True)
-class Switches:
-    padding_free: bool = True
-    fused_layernorm: bool = True
-    fused_gemm_gelu: bool = True
-    fused_mha: bool = True
-    backend: str = "auto"  # kernel backend: auto (triton on CUDA) | torch | triton
-    cpu_gemm: str = "auto"  # CPU linear layers: auto (oneDNN where usable) | torch | onednn
-
-    def __post_init__(self) -> None:
-        check_cpu_gemm(self.cpu_gemm)
-
-    @classmethod
-    def names(cls) -> list[str]:
-        return [f.name for f in fields(cls)]
-
-
-# The paper's steps on F.linear, then the CPU GEMM step (on GPUs the last two steps are equal).
-LADDER: list[tuple[str, Switches]] = [
-    ("padded, unfused", Switches(False, False, False, False, cpu_gemm="torch")),
-    ("+ fused LayerNorm", Switches(False, True, False, False, cpu_gemm="torch")),
-    ("+ fused GEMM/GELU", Switches(False, True, True, False, cpu_gemm="torch")),
-    ("+ padding-free", Switches(True, True, True, False, cpu_gemm="torch")),
-    ("+ fused MHA", Switches(True, True, True, True, cpu_gemm="torch")),
-    ("+ oneDNN GEMMs, fused epilogues (CPU)", Switches(True, True, True, True, cpu_gemm="auto")),
-]
 
 
 class EncoderLayer(nn.Module):

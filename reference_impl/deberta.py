@@ -26,11 +26,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from reference_impl.kernels.cpu_linear import PackedWeights, check_cpu_gemm, dense, use_onednn
+from reference_impl.kernels.cpu_linear import PackedWeights, dense, use_onednn
 from reference_impl.packing import PackInfo, pack, pack_info, packed_positions, unpack
+from reference_impl.switches import check_cpu_gemm
 
 # HF activation name -> the name ``dense`` fuses (oneDNN post-op on CPU, else applied after)
 _ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
@@ -162,7 +162,10 @@ class DisentangledAttention(nn.Module):
     def forward(self, x: torch.Tensor, rel_table: torch.Tensor | None,
                 groups: list[AttentionGroup], packed: PackedWeights | None) -> torch.Tensor:
         d = self.dims
-        split = lambda t: t.view(t.shape[0], d.heads, d.head_dim)  # (N, heads, d)
+
+        def split(t: torch.Tensor) -> torch.Tensor:  # (N, heads, d)
+            return t.view(t.shape[0], d.heads, d.head_dim)
+
         q, k, v = (split(dense(getattr(self, n), x, packed, n)) for n in ("query", "key", "value"))
         if d.c2p:  # Kr: the relative table through the key projection, (heads, 2 * span, d)
             pos_k = split((self.key if self.pos_key is None else self.pos_key)(rel_table))

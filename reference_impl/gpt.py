@@ -22,111 +22,18 @@ Each ``Block`` exposes its sub-layers without their residual add, ``block.attn_b
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from reference_impl.configs import GPTConfig
 from reference_impl.kernels.fused import add_bias_residual_layernorm, bias_gelu
 
-MLPS = ("gelu", "swiglu")
-NORMS = ("layernorm", "rmsnorm")
-CHECKPOINTING = ("none", "selective", "full")
 ROPE_BASE = 10000.0
 NORM_EPS = 1e-5
 INIT_STD = 0.02
-
-
-@dataclass(frozen=True)
-class GPTConfig:
-    vocab_size: int = 50304
-    n_layer: int = 12
-    n_embd: int = 768
-    n_head: int = 12
-    n_kv_head: int | None = None  # GQA; None = n_head (multi-head attention)
-    mlp: str = "gelu"
-    ffn_dim: int | None = None  # None: 4*n_embd (gelu) or 2/3 of that rounded up to 64 (swiglu)
-    norm: str = "layernorm"
-    rope: bool = False  # False: learned absolute position embeddings
-    tied_embeddings: bool = True
-    block_size: int = 1024
-    dropout: float = 0.0
-    # MegaScale's switches
-    parallel_block: bool = False
-    sliding_window: int | None = None
-    fused: bool = True
-    checkpointing: str = "none"
-
-    def __post_init__(self) -> None:
-        for name in ("vocab_size", "n_layer", "n_embd", "n_head", "block_size"):
-            _check_positive_int(name, getattr(self, name))
-        for name in ("n_kv_head", "ffn_dim", "sliding_window"):
-            if getattr(self, name) is not None:
-                _check_positive_int(name, getattr(self, name))
-        for name, value, valid in (("mlp", self.mlp, MLPS), ("norm", self.norm, NORMS),
-                                   ("checkpointing", self.checkpointing, CHECKPOINTING)):
-            if value not in valid:
-                raise ValueError(f"{name}={value!r} is not one of {valid}")
-        for name in ("rope", "tied_embeddings", "parallel_block", "fused"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name}={getattr(self, name)!r} must be True or False")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout={self.dropout!r} must be in [0, 1)")
-        if self.n_embd % self.n_head:
-            raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
-        if self.n_head % self.kv_heads:
-            divisors = [d for d in range(1, self.n_head + 1) if self.n_head % d == 0]
-            raise ValueError(f"n_kv_head={self.n_kv_head} must divide n_head={self.n_head} "
-                             f"(valid: {divisors})")
-        if self.rope and self.head_dim % 2:
-            raise ValueError(f"rope needs an even head_dim; n_embd={self.n_embd} / "
-                             f"n_head={self.n_head} = {self.head_dim}")
-
-    # The plain shape attributes (what an MFU counter reads), with defaults resolved.
-    @property
-    def layers(self) -> int:
-        return self.n_layer
-
-    @property
-    def width(self) -> int:
-        return self.n_embd
-
-    @property
-    def heads(self) -> int:
-        return self.n_head
-
-    @property
-    def kv_heads(self) -> int:
-        return self.n_head if self.n_kv_head is None else self.n_kv_head
-
-    @property
-    def head_dim(self) -> int:
-        return self.n_embd // self.n_head
-
-    @property
-    def ffn_hidden(self) -> int:
-        if self.ffn_dim is not None:
-            return self.ffn_dim
-        if self.mlp == "gelu":
-            return 4 * self.n_embd
-        # SwiGLU has three matrices instead of two: 2/3 of 4*width keeps the parameter count,
-        # rounded up to a multiple of 64 for GEMM-friendly shapes (as LLaMA does)
-        return 64 * math.ceil(8 * self.n_embd // 3 / 64)
-
-    @property
-    def vocab(self) -> int:
-        return self.vocab_size
-
-    @property
-    def tied(self) -> bool:
-        return self.tied_embeddings
-
-
-def _check_positive_int(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name}={value!r} must be a positive int")
 
 
 def _epilogue_backend(*tensors: torch.Tensor) -> str:

@@ -31,7 +31,8 @@ class PackInfo:
 def pack_info(attention_mask: torch.Tensor) -> PackInfo:
     """Prefix-sum a right-padded ``[B, S]`` 0/1 mask into the packed layout."""
     if attention_mask.dim() != 2:
-        raise ValueError(f"attention_mask must be [batch, seq], got shape {tuple(attention_mask.shape)}")
+        raise ValueError(f"attention_mask must be [batch, seq], got shape "
+                         f"{tuple(attention_mask.shape)}")
     mask = attention_mask.bool()
     batch_size, padded_len = mask.shape
     seqlens = mask.sum(dim=1, dtype=torch.int32)

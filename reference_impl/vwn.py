@@ -66,84 +66,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from reference_impl.gpt import INIT_STD, NORM_EPS, Block, GPT, GPTConfig, Norm
-
-
-# ----------------------------------------------------------------------------- config
-
-
-@dataclass(frozen=True)
-class VWNConfig(GPTConfig):
-    """A ``GPTConfig`` (``n_embd`` = backbone width D) plus the virtual-width knobs.
-
-    ``m``, ``n``: D is cut into m segments and the wide state has n of them, r = n/m (fractions
-    allowed: (2, 3) is 1.5x). ``dynamic``: DGHC instead of static GHC. ``mtp``: next-2-token
-    module, its loss weighted by ``mtp_weight``. ``ghc_trainable=False`` keeps every GHC at its
-    initialization (buffers, not parameters): with ``m == n`` each is then exactly the residual
-    add, which makes the r = 1 baseline of the experiments a plain pre-norm transformer with the
-    same embedding, output path and MTP module as the wide models. ``tied_embeddings`` defaults
-    to False here: the embedding is D' wide, the head D.
-    """
-
-    tied_embeddings: bool = False
-    m: int = 1
-    n: int = 1
-    dynamic: bool = False
-    mtp: bool = False
-    mtp_weight: float = 1.0
-    ghc_trainable: bool = True  # False: A, B stay at the init (with m == n: the plain residual)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        for name in ("m", "n"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}={value!r} must be a positive int")
-        if self.n < self.m:
-            raise ValueError(f"n={self.n} must be >= m={self.m} (the expansion r = n/m >= 1)")
-        if self.n_embd % self.m:
-            divisors = [d for d in range(1, self.n_embd + 1) if self.n_embd % d == 0]
-            raise ValueError(f"m={self.m} must divide n_embd={self.n_embd} (valid m: {divisors})")
-        for name in ("dynamic", "mtp", "ghc_trainable"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name}={getattr(self, name)!r} must be True or False")
-        if not (isinstance(self.mtp_weight, (int, float)) and self.mtp_weight >= 0):
-            raise ValueError(f"mtp_weight={self.mtp_weight!r} must be a number >= 0")
-        if self.dynamic and not self.ghc_trainable:
-            raise ValueError("dynamic=True needs ghc_trainable=True (a frozen GHC is static)")
-        if self.parallel_block:
-            raise ValueError("parallel_block=True is not supported: VWN puts one GHC around "
-                             "each of attention and MLP in turn (use parallel_block=False)")
-        if self.tied_embeddings and self.m != self.n:
-            raise ValueError(f"tied_embeddings=True needs embedding width D'={self.wide_embd} "
-                             f"equal to the head width D={self.n_embd}, i.e. m == n; got "
-                             f"(m, n)=({self.m}, {self.n}) (use tied_embeddings=False)")
-
-    @property
-    def segment(self) -> int:
-        """s = D / m, the size of every segment of both states."""
-        return self.n_embd // self.m
-
-    @property
-    def wide_embd(self) -> int:
-        """D' = (n / m) D = n s."""
-        return self.n * self.segment
-
-    @property
-    def expansion(self) -> float:
-        """r = n / m."""
-        return self.n / self.m
-
-    def backbone(self) -> GPTConfig:
-        """The plain GPT with this backbone: the r = 1 baseline of the paper's comparisons."""
-        return GPTConfig(**{f.name: getattr(self, f.name) for f in fields(GPTConfig)})
+from reference_impl.configs import GPTConfig, VWNConfig
+from reference_impl.gpt import INIT_STD, NORM_EPS, Block, GPT, Norm
 
 
 # ----------------------------------------------------------------------------- GHC

@@ -10,17 +10,19 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from suite.experiments import EXPERIMENTS
+from suite.experiments import registry as experiments
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="seedbench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="measure one workload point of one baseline -> a record")
-    run.add_argument("experiment", choices=sorted(e for e in EXPERIMENTS if e.startswith("bert_")),
+    run = sub.add_parser("run", help="measure one workload point of one system -> a record")
+    run.add_argument("experiment", choices=experiments.names("bert"),
                      help="a BERT experiment (training runs: `train`, loss runs: `pretrain`)")
-    run.add_argument("--baseline", required=True, help="system under test")
+    run.add_argument("--system", required=True,
+                     help="system under test: a registered baseline, a ladder step (ladder-N), "
+                          "a kernel variant or external-<name>")
     run.add_argument("--subject", default=None,
                      help="model family (bert, albert, distilbert, deberta) for end-to-end "
                           "experiments; operator (attention, layernorm, gemm_gelu) for kernels")
@@ -52,8 +54,11 @@ def main(argv: list[str] | None = None) -> int:
 
     train = sub.add_parser("train", help="one training run under its launcher -> a record and "
                                          "a JSON-lines step log (what the llm rules call)")
-    train.add_argument("experiment", help="experiment name in the record (llm_mfu, ...)")
+    train.add_argument("experiment", choices=experiments.names("llm"),
+                       help="experiment name in the record")
     train.add_argument("--trainer", required=True, help="a registered trainer (seedbench trainers)")
+    train.add_argument("--label", help="the run's name in its experiment (a size, an ablation "
+                                       "step), kept in the record")
     train.add_argument("--nprocs", type=int, default=1, help="processes per node")
     train.add_argument("--train-json", required=True, help="the TrainConfig section as JSON")
     train.add_argument("--check-steps", type=int, default=3)
@@ -66,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
 
     pre = sub.add_parser("pretrain", help="one pre-training loss run (VWN variant or PMA study) "
                                           "for one seed -> a record")
-    pre.add_argument("experiment", choices=["vwn_scaling", "pma_merging"])
+    pre.add_argument("experiment", choices=experiments.names("pretrain"))
     pre.add_argument("--spec-json", required=True,
                      help="vwn_scaling: the variant's train config; pma_merging: the pma section")
     pre.add_argument("--seed", type=int, required=True)
@@ -76,16 +81,17 @@ def main(argv: list[str] | None = None) -> int:
     pre.add_argument("--out", type=Path, required=True)
     pre_table = sub.add_parser("pretrain-table", help="VWN or PMA records -> table.csv, "
                                                       "curves.csv and claims.csv")
-    pre_table.add_argument("experiment", choices=["vwn_scaling", "pma_merging"])
+    pre_table.add_argument("experiment", choices=experiments.names("pretrain"))
     pre_table.add_argument("records", nargs="*", type=Path)
-    pre_table.add_argument("--paper-dir", type=Path, default=Path("results/paper"),
-                           help="folder with the papers' CSVs (vwn_*.csv, pma_headline.csv)")
+    _paper_argument(pre_table)
     pre_table.add_argument("--out-dir", type=Path, required=True)
 
     sub.add_parser("trainers", help="list registered training engines and whether they run here")
     llm_table = sub.add_parser("llm-table", help="training records -> one tidy CSV")
     llm_table.add_argument("records", nargs="*", type=Path)
     llm_table.add_argument("--out", type=Path, required=True)
+    llm_table.add_argument("--curves", type=Path, help="also write the loss per step (the step "
+                                                       "logs the records name) here")
 
     ext = sub.add_parser("build-external",
                          help="cmake-build the source checkout of a configured external program")
@@ -105,25 +111,33 @@ def main(argv: list[str] | None = None) -> int:
     table.add_argument("--out", type=Path, required=True)
 
     plot = sub.add_parser("plot", help="one experiment's tidy CSV -> a figure (PNG and SVG)")
-    plot.add_argument("experiment", choices=sorted(EXPERIMENTS))
+    plot.add_argument("experiment", choices=experiments.names())
     plot.add_argument("--table", type=Path, required=True)
-    plot.add_argument("--paper", type=Path, help="the paper's numbers the figure shows beside")
-    plot.add_argument("--claims", type=Path, help="the paper's claims table")
-    plot.add_argument("--curves", type=Path, help="vwn_scaling/pma_merging: curves.csv")
-    plot.add_argument("--peak", type=Path, help="bert_varlen: peak.json for the roofline panel")
+    _paper_argument(plot)
+    plot.add_argument("--curves", type=Path, help="the table step's curves.csv (loss curves)")
+    plot.add_argument("--peak", type=Path, help="peak.json (the roofline's library lines)")
     plot.add_argument("--out", type=Path, required=True, help="figure path without suffix")
+
+    analyze = sub.add_parser("analyze", help="one experiment's table (+ the papers' CSVs, other "
+                                             "tables, records) -> analysis.json for the report")
+    analyze.add_argument("experiment", choices=experiments.names())
+    analyze.add_argument("--table", type=Path, required=True)
+    _paper_argument(analyze)
+    analyze.add_argument("--table-of", action="append", default=[], metavar="EXPERIMENT=CSV",
+                         help="another experiment's table this analysis reads")
+    analyze.add_argument("--claims", type=Path, help="a claims table the table step wrote")
+    analyze.add_argument("--records", nargs="*", type=Path, default=[],
+                         help="the records behind the table (provenance)")
+    analyze.add_argument("--out", type=Path, required=True)
 
     scale = sub.add_parser("scale-model",
                            help="the cluster-scale model vs MegaScale Table 2 and Fig. 9 -> CSV")
+    _paper_argument(scale)
     scale.add_argument("--out", type=Path, required=True)
 
     report = sub.add_parser("report", help="tidy CSVs + figures -> HTML report")
-    report.add_argument("--section", nargs=3, action="append", required=True,
-                        metavar=("EXPERIMENT", "TABLE", "FIGURE_SVG"))
-    report.add_argument("--claims", type=Path, help="the paper's claims (CSV)")
-    report.add_argument("--section-claims", nargs=2, action="append", default=[],
-                        metavar=("EXPERIMENT", "CLAIMS_CSV"),
-                        help="a measured claims table shown in that experiment's section")
+    report.add_argument("--section", nargs=4, action="append", required=True,
+                        metavar=("EXPERIMENT", "TABLE", "FIGURE_SVG", "ANALYSIS_JSON"))
     report.add_argument("--peak", type=Path)
     report.add_argument("--config", type=Path)
     report.add_argument("--out", type=Path, required=True)
@@ -134,6 +148,36 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, KeyError, FileNotFoundError) as e:
         print(f"seedbench {args.command}: error: {e}", file=sys.stderr)
         return 2
+
+
+def _paper_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--paper", action="append", default=[], metavar="ROLE=CSV",
+                        help="a paper's CSV under the role the experiment's spec names "
+                             "(`seedbench experiments` lists them)")
+
+
+def _pairs(items: list[str], what: str) -> dict[str, Path]:
+    """``["key=path", ...]`` -> {key: path}."""
+    out = {}
+    for item in items:
+        key, sep, path = item.partition("=")
+        if not sep or not key or not path:
+            raise ValueError(f"{what} {item!r} is not KEY=PATH")
+        out[key] = Path(path)
+    return out
+
+
+def _paper_tables(experiment: str, items: list[str]) -> dict:
+    """The --paper CSVs, checked against the roles the experiment's spec declares."""
+    import pandas as pd
+
+    given = _pairs(items, "--paper")
+    roles = experiments.get(experiment).paper
+    unknown = sorted(set(given) - set(roles))
+    if unknown:
+        raise ValueError(f"{experiment}: paper role(s) {unknown} are not declared; its spec "
+                         f"declares {sorted(roles) or 'none'}")
+    return {role: pd.read_csv(path) for role, path in given.items()}
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -153,18 +197,15 @@ def _run(args: argparse.Namespace) -> int:
         print(f"{args.out}: {record.status.value} {record.reason[:200]}", file=sys.stderr)
         return 0
 
-    from suite import env as envmod
-    from suite.isolation import run_isolated
-    from suite.records import Record, Status
+    from suite.launch import run_isolated
+    from suite.records import Record, failed_record
 
     def failed(reason: str) -> Record:
         point = {"batch_size": args.batch_size, "max_seq_len": args.max_seq_len,
                  "subject": args.subject}
-        return Record(args.experiment, args.baseline, point, cfg.to_dict(), Status.FAILED,
-                      reason, env=envmod.capture(torch_info=False),
-                      created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        return failed_record(args.experiment, args.system, point, cfg.to_dict(), reason)
 
-    child = ["run", args.experiment, "--baseline", args.baseline, "--batch-size",
+    child = ["run", args.experiment, "--system", args.system, "--batch-size",
              str(args.batch_size), "--max-seq-len", str(args.max_seq_len), "--section-json",
              json.dumps(cfg.to_dict()), "--out", str(args.out), "--in-process"]
     if args.subject:
@@ -177,16 +218,9 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _measure(args: argparse.Namespace, cfg, peak):
-    if args.experiment in ("bert_mha", "bert_fused_ops"):
-        from suite.experiments.bert_kernels import OPS, run_kernel_point
-
-        op = args.subject or OPS[args.experiment][0]
-        return run_kernel_point(cfg, args.experiment, op, args.baseline, args.batch_size,
-                                args.max_seq_len, peak)
-    from suite.experiments.bert_varlen import run_point
-
-    return run_point(cfg, args.baseline, args.batch_size, args.max_seq_len, peak,
-                     experiment=args.experiment, model_kind=args.subject or "bert")
+    runner = experiments.load(experiments.get(args.experiment).runner)
+    return runner(cfg, args.experiment, args.subject, args.system, args.batch_size,
+                  args.max_seq_len, peak)
 
 
 def _peak(args: argparse.Namespace) -> int:
@@ -226,21 +260,21 @@ def _train(args: argparse.Namespace) -> int:
     """Launch the run (torchrun, the deepspeed launcher or one process) under supervision: a
     crash, a hang past the limit (the whole process group is killed) or a missing record
     becomes a failed record."""
-    from suite import env as envmod
-    from suite.experiments.llm_train import command
-    from suite.isolation import run_isolated
-    from suite.records import Record, Status
+    from suite.launch import command, run_isolated
+    from suite.records import Record, failed_record
 
     train = json.loads(args.train_json)
 
     def failed(reason: str) -> Record:
-        return Record(args.experiment, args.trainer, {"nprocs": args.nprocs}, train,
-                      Status.FAILED, reason, env=envmod.capture(torch_info=False),
-                      created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        point = {"nprocs": args.nprocs, **({"label": args.label} if args.label else {})}
+        return failed_record(args.experiment, args.trainer, point, train,
+                             reason)
 
     inner = ["--section-json", args.train_json, "--trainer", args.trainer, "--out",
              str(args.out), "--steplog", str(args.steplog), "--check-steps",
              str(args.check_steps), "--experiment", args.experiment]
+    if args.label:
+        inner += ["--label", args.label]
     if args.peak:
         inner += ["--peak", str(args.peak)]
     cmd = command(args.trainer, args.nprocs, inner, nnodes=args.nnodes,
@@ -256,35 +290,22 @@ def _train(args: argparse.Namespace) -> int:
 def _pretrain(args: argparse.Namespace) -> int:
     from suite.records import write_record
 
-    spec = json.loads(args.spec_json)
-    if args.experiment == "vwn_scaling":
-        from suite.experiments.vwn_width import run
-
-        record = run(spec, args.seed, series=args.series)
-    else:
-        from suite.experiments.pma_merging import run
-
-        if args.checkpoints is None:
-            raise ValueError("pma_merging needs --checkpoints DIR")
-        record = run(spec, args.seed, args.checkpoints)
+    runner = experiments.load(experiments.get(args.experiment).runner)
+    record = runner(json.loads(args.spec_json), args.seed, series=args.series,
+                    checkpoints=args.checkpoints)
     write_record(record, args.out)
     print(f"{args.out}: {record.status.value} {record.reason[:300]}", file=sys.stderr)
     return 0
 
 
 def _pretrain_table(args: argparse.Namespace) -> int:
-    import pandas as pd
-
-    paper = args.paper_dir
-    if args.experiment == "vwn_scaling":
-        from suite.analysis.vwn_analysis import analyze
-
-        table, curves, claims = analyze(args.records, pd.read_csv(paper / "vwn_headline.csv"),
-                                        pd.read_csv(paper / "vwn_table1_a0.8b_m8_500b_tokens.csv"))
-    else:
-        from suite.analysis.pma_analysis import analyze
-
-        table, curves, claims = analyze(args.records, pd.read_csv(paper / "pma_headline.csv"))
+    spec = experiments.get(args.experiment)
+    paper = _paper_tables(spec.name, args.paper)
+    missing = sorted(set(spec.paper) - set(paper))
+    if missing:
+        raise ValueError(f"{spec.name}: the table step needs the paper CSV(s) {missing} "
+                         "(--paper ROLE=CSV)")
+    table, curves, claims = experiments.load(spec.table)(args.records, paper)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     for name, df in (("table", table), ("curves", curves), ("claims", claims)):
         df.to_csv(args.out_dir / f"{name}.csv", index=False)
@@ -292,7 +313,7 @@ def _pretrain_table(args: argparse.Namespace) -> int:
 
 
 def _trainers(args: argparse.Namespace) -> int:
-    from suite import trainers
+    from suite.trainers import registry as trainers
 
     for name in trainers.names():
         try:
@@ -307,11 +328,13 @@ def _trainers(args: argparse.Namespace) -> int:
 
 
 def _llm_table(args: argparse.Namespace) -> int:
-    from suite.analysis.llm_tables import llm_table
+    from suite.analysis.llm_tables import llm_curves, llm_table
 
     df = llm_table(args.records)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(args.out, index=False)
+    if args.curves:
+        llm_curves(df).to_csv(args.curves, index=False)
     return 0
 
 
@@ -342,10 +365,10 @@ def _baselines(args: argparse.Namespace) -> int:
     import subprocess
     from concurrent.futures import ThreadPoolExecutor
 
-    from suite.baselines import registry
+    from suite.baselines.registry import baselines as registry
 
     def ask(name: str) -> str:
-        code = ("import json, sys; from suite.baselines import registry; "
+        code = ("import json, sys; from suite.baselines.registry import baselines as registry; "
                 "b = registry.create(sys.argv[1]); ok, why = b.available(); "
                 "print(json.dumps([ok, why, b.description]))")
         proc = subprocess.run([sys.executable, "-c", code, name], capture_output=True, text=True,
@@ -365,10 +388,10 @@ def _baselines(args: argparse.Namespace) -> int:
 
 
 def _experiments(args: argparse.Namespace) -> int:
-    from suite.experiments import EXPERIMENTS
-
-    for name, desc in EXPERIMENTS.items():
-        print(f"{name:14s} {desc}")
+    for spec in experiments.SPECS.values():
+        print(f"{spec.name:14s} [{spec.family}] {spec.title}")
+        for role, path in spec.paper_paths().items():
+            print(f"{'':14s} --paper {role}={path}")
     return 0
 
 
@@ -384,26 +407,47 @@ def _table(args: argparse.Namespace) -> int:
 def _plot(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from suite.analysis.plots import experiment_figure
-
-    def read(path: Path | None) -> pd.DataFrame | None:
-        return pd.read_csv(path) if path else None
-
+    from suite.analysis.figure_io import FigureData
     from suite.peak.schema import read_peak
 
-    experiment_figure(args.experiment, pd.read_csv(args.table), read(args.paper),
-                      read(args.claims), args.out, curves=read(args.curves),
+    data = FigureData(pd.read_csv(args.table), _paper_tables(args.experiment, args.paper),
+                      curves=pd.read_csv(args.curves) if args.curves else None,
                       peak=read_peak(args.peak))
+    experiments.load(experiments.get(args.experiment).figure)(data, args.out)
+    return 0
+
+
+def _analyze(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from suite.analysis.analyze import AnalysisInputs, analyze
+    from suite.records import atomic_write_json
+
+    spec = experiments.get(args.experiment)
+    others = _pairs(args.table_of, "--table-of")
+    unknown = sorted(set(others) - set(spec.reads_tables))
+    if unknown:
+        raise ValueError(f"{spec.name} reads the tables of {list(spec.reads_tables) or 'none'}, "
+                         f"not {unknown}")
+    inputs = AnalysisInputs(pd.read_csv(args.table), _paper_tables(spec.name, args.paper),
+                            {name: pd.read_csv(path) for name, path in others.items()},
+                            pd.read_csv(args.claims) if args.claims else None, args.records)
+    atomic_write_json(analyze(spec, inputs), args.out)
     return 0
 
 
 def _scale_model(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from suite.scale_model import predict_fig9, predict_table2
+    from suite.scale_model import calibrate, predict_fig9, predict_table2
 
-    table = pd.concat([predict_table2().assign(figure="table2"),
-                       predict_fig9().assign(figure="fig9")], ignore_index=True)
+    paper = _paper_tables("llm_scale", args.paper)
+    missing = sorted({"table2", "fig9"} - set(paper))
+    if missing:
+        raise ValueError(f"llm_scale needs the paper CSV(s) {missing} (--paper ROLE=CSV)")
+    table = pd.concat([predict_table2(paper["table2"]).assign(figure="table2"),
+                       predict_fig9(paper["fig9"], calibrate(paper["table2"]))
+                       .assign(figure="fig9")], ignore_index=True)
     table.insert(0, "experiment", "llm_scale")
     table["status"] = "ok"
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -412,12 +456,10 @@ def _scale_model(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from suite.report.render import render_report
+    from suite.report.render import Section, render_report
 
-    sections = [(e, Path(t), Path(f)) for e, t, f in args.section]
-    render_report(sections, args.out, peak_path=args.peak, config_path=args.config,
-                  claims_path=args.claims,
-                  section_claims={e: Path(c) for e, c in args.section_claims})
+    sections = [Section(e, Path(t), Path(f), Path(a)) for e, t, f, a in args.section]
+    render_report(sections, args.out, peak_path=args.peak, config_path=args.config)
     return 0
 
 
@@ -425,7 +467,7 @@ COMMANDS = {"run": _run, "peak": _peak, "env": _env, "baselines": _baselines,
             "experiments": _experiments, "build-external": _build_external, "table": _table,
             "train": _train, "trainers": _trainers, "pretrain": _pretrain,
             "pretrain-table": _pretrain_table, "llm-table": _llm_table,
-            "plot": _plot, "scale-model": _scale_model, "report": _report}
+            "plot": _plot, "analyze": _analyze, "scale-model": _scale_model, "report": _report}
 
 if __name__ == "__main__":
     sys.exit(main())

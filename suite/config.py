@@ -1,4 +1,4 @@
-"""Typed config, validated once at the edge against ``workflows/schemas/config.schema.yaml``.
+"""Typed config, validated once at the edge against ``suite/data/config.schema.yaml``.
 
 The schema is the single definition of what a config may hold (Snakemake validates against the
 same file); this module turns a validated dict into frozen dataclasses and gives errors that name
@@ -8,6 +8,7 @@ the key, the bad value and what is allowed.
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import asdict, dataclass, field
 from functools import cache
 from pathlib import Path
@@ -16,10 +17,9 @@ from typing import Any
 import jsonschema
 import yaml
 
-from suite.env import REPO_ROOT
-from suite.timing import TimingPolicy
+from suite.timing_policy import TimingPolicy
 
-SCHEMA_PATH = REPO_ROOT / "workflows" / "schemas" / "config.schema.yaml"
+SCHEMA_PATH = Path(__file__).parent / "data" / "config.schema.yaml"  # package data
 
 
 class ConfigError(ValueError):
@@ -76,6 +76,97 @@ def _describe(sub: dict[str, Any]) -> str:
     if "enum" in sub:
         return f"one of {sub['enum']}"
     return ", ".join(f"{k}={v}" for k, v in sub.items() if k not in ("default", "description"))
+
+
+def _is_int(checker, value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_finite_number(checker, value: Any) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+# A run's section comes from Python as often as from JSON: integers are ints (3.0 is not a step
+# count), numbers are finite (a YAML .inf learning rate is an error), and a tuple is an array.
+_RunValidator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine_many({
+        "integer": _is_int, "number": _is_finite_number,
+        "array": lambda checker, value: isinstance(value, (list, tuple))}))
+
+
+@cache
+def _run_validator(name: str) -> jsonschema.protocols.Validator:
+    defs = schema().get("$defs", {})
+    if name not in defs:
+        raise KeyError(f"{SCHEMA_PATH} has no $defs entry {name!r}; it has {sorted(defs)}")
+    return _RunValidator(defs[name])
+
+
+def validate_section(section: Any, name: str, label: str | None = None) -> None:
+    """Check one run's section (what a job receives, a dataclass is built from) against the
+    schema's ``$defs[name]``: types, ranges, choices and unknown keys, written once in the schema
+    that config files are held to. The dataclasses keep only their cross-field rules by hand.
+
+    Defaults are not filled (missing keys take the dataclass's). Raises ``ConfigError`` naming,
+    for each bad key, ``label.key=value`` and what is valid (``label`` defaults to ``name``).
+    """
+    validator = _run_validator(name)
+    errors = sorted(validator.iter_errors(section),
+                    key=lambda e: [str(p) for p in e.absolute_path])
+    if errors:
+        messages = [_explain_value(e, section, validator.schema, label or name) for e in errors]
+        raise ConfigError("; ".join(dict.fromkeys(messages)))
+
+
+def _explain_value(err: jsonschema.ValidationError, section: Any, sch: dict[str, Any],
+                   label: str) -> str:
+    # name the innermost mapping key: a list (betas) is one value with one rule
+    keys: list[str] = []
+    for p in err.absolute_path:
+        if isinstance(p, int):
+            break
+        keys.append(p)
+    value, sub = section, sch
+    for k in keys:
+        value, sub = value[k], sub.get("properties", {}).get(k, {})
+    where = ".".join([label, *keys])
+    whole = len(keys) == len(err.absolute_path)  # the error is about a mapping itself
+    if err.validator == "additionalProperties" and whole:
+        extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
+        return f"{where}: unknown key(s) {extra}; valid: {list(err.schema.get('properties', {}))}"
+    if err.validator == "required" and whole:
+        return f"{where}: missing key(s) {sorted(set(err.schema['required']) - set(value))}"
+    return f"{where}={value!r} {_rule(sub, err)}"
+
+
+def _rule(sub: dict[str, Any], err: jsonschema.ValidationError) -> str:
+    """What a value of ``sub`` must be, in words."""
+    kind = sub.get("type")
+    if "enum" in sub:
+        return f"is not one of {sub['enum']}"
+    if kind == "boolean":
+        return "must be true or false"
+    if kind == "object":
+        return "must be a mapping"
+    if kind in ("integer", "number"):
+        noun = "int" if kind == "integer" else "number"
+        if sub.get("exclusiveMinimum") == 0 or (kind == "integer" and sub.get("minimum") == 1):
+            return f"must be a positive {noun}" + _upper(sub)
+        bounds = [f"{op} {sub[k]}" for k, op in (("minimum", ">="), ("exclusiveMinimum", ">"))
+                  if k in sub]
+        article = "an" if noun == "int" else "a"
+        return f"must be {article} {noun}" + (f" {bounds[0]}" if bounds else "") + _upper(sub)
+    if "description" in sub:
+        return f"must be {sub['description']}"
+    return f"is not allowed ({err.message})"
+
+
+def _upper(sub: dict[str, Any]) -> str:
+    bounds = [f"{op} {sub[k]}" for k, op in (("maximum", "<="), ("exclusiveMaximum", "<"))
+              if k in sub]
+    return f" and {bounds[0]}" if bounds else ""
 
 
 def load(path: str | Path) -> dict[str, Any]:

@@ -5,10 +5,15 @@ class registered under an entry-point group in some installed distribution's met
 built-in ones are registered in pyproject.toml like any third-party plugin, so adding one never
 needs a change here. Entry points are read on every call, not cached: a plugin installed while
 a workflow runs is seen by the next job.
+
+A registry may name its base class as ``"module:Class"``: it is imported on the first ``load``,
+so that listing and checking names (what the workflow does while planning) imports no plugin
+code and no framework.
 """
 
 from __future__ import annotations
 
+from importlib import import_module
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Generic, TypeVar
 
@@ -18,19 +23,36 @@ T = TypeVar("T")
 class Registry(Generic[T]):
     """The classes registered under one entry-point group, each a subclass of ``base``.
 
+    ``base`` is the class or its ``"module:Class"`` path (imported when first needed).
     ``kind`` only words the error messages ("unknown baseline 'x'"); it defaults to the base
     class's name in lower case.
     """
 
-    def __init__(self, group: str, base: type[T], kind: str | None = None):
+    def __init__(self, group: str, base: type[T] | str, kind: str | None = None):
         if not group:
             raise ValueError("group must name an entry-point group, e.g. 'seedbench.trainers'")
+        if isinstance(base, str):
+            module, _, name = base.partition(":")
+            if not module or not name:
+                raise ValueError(f"base={base!r} must be a class or 'module:Class'")
+            self._base: type[T] | None = None
+            self._base_path = base
+        else:
+            module, name = base.__module__, base.__name__
+            self._base, self._base_path = base, f"{module}:{name}"
+        self._base_name = name
         self.group = group
-        self.base = base
-        self.kind = kind or base.__name__.lower()
+        self.kind = kind or name.lower()
+
+    @property
+    def base(self) -> type[T]:
+        if self._base is None:
+            module, _, name = self._base_path.partition(":")
+            self._base = getattr(import_module(module), name)
+        return self._base
 
     def __repr__(self) -> str:
-        return f"Registry(group={self.group!r}, base={self.base.__name__})"
+        return f"Registry(group={self.group!r}, base={self._base_name})"
 
     def entry_points(self) -> dict[str, EntryPoint]:
         return {ep.name: ep for ep in entry_points(group=self.group)}
@@ -55,7 +77,7 @@ class Registry(Generic[T]):
         cls = eps[name].load()
         if not (isinstance(cls, type) and issubclass(cls, self.base)):
             raise TypeError(f"entry point {name!r} -> {eps[name].value} is not a "
-                            f"{self.base.__name__} subclass")
+                            f"{self._base_name} subclass")
         return cls
 
     def create(self, name: str, *args: Any, **kwargs: Any) -> T:

@@ -1,7 +1,13 @@
-"""The versioned result record: one JSON file per (experiment, baseline, workload point).
+"""The versioned result record: one JSON file per (experiment, system, workload point).
 
 Records are the only thing that flows from the runs to the analysis. They are written atomically
 (temp file in the same directory, fsync, rename), so an interrupted run never leaves half a record.
+
+Every runner makes its record the same way: ``new_record(...)`` (status FAILED until the run says
+otherwise), then the run inside ``with outcome(record):``, which turns ``Unavailable`` and any
+other exception into the record's status and reason. ``failed_record(...)`` is the record of a
+run that never produced its own (a crashed, killed or hung child process). This module imports
+no torch, so the supervising process and the analysis can use it.
 """
 
 from __future__ import annotations
@@ -10,12 +16,27 @@ import hashlib
 import json
 import os
 import tempfile
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 1
+# 2: the system under test is ``system`` (it was ``baseline`` in 1, which still reads).
+SCHEMA_VERSION = 2
+READS = (1, 2)
+
+
+class Unavailable(RuntimeError):
+    """Raised by a baseline, trainer or runner when a point cannot run on this machine: a record
+    of status ``unavailable`` with the message as its reason, not a failure.
+
+    Defined here (torch-free) so that ``outcome`` can recognise it without importing the
+    baselines; ``suite.baselines`` re-exports it for plugins (``from suite.baselines import
+    Unavailable``)."""
 
 
 class Status(str, Enum):
@@ -28,7 +49,7 @@ class Status(str, Enum):
 @dataclass
 class Record:
     experiment: str
-    baseline: str
+    system: str  # the system under test: a framework, ladder step, kernel, engine, VWN label
     point: dict[str, Any]  # the workload point: batch size, max length, ...
     config: dict[str, Any]  # the experiment's config section as the run saw it
     status: Status
@@ -54,16 +75,77 @@ class Record:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Record":
         version = d.get("schema_version")
-        if version != SCHEMA_VERSION:
-            raise ValueError(f"record schema_version={version!r}; this suite reads "
-                             f"{SCHEMA_VERSION}")
+        if version not in READS:
+            raise ValueError(f"record schema_version={version!r}; this suite reads {READS}")
         d = {k: v for k, v in d.items() if k != "config_hash"}
+        if version == 1:  # upgraded in memory; the file stays as it was written
+            d["system"] = d.pop("baseline")
+            d["schema_version"] = SCHEMA_VERSION
         try:
             d["status"] = Status(d["status"])
         except ValueError:
             raise ValueError(f"record status={d['status']!r}; valid: "
                              f"{[s.value for s in Status]}") from None
         return cls(**d)
+
+
+def now_iso() -> str:
+    """A record's ``created_at``: UTC, to the second."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def new_record(experiment: str, system: str, point: dict[str, Any], config: dict[str, Any],
+               **fields: Any) -> Record:
+    """The record a run starts from: status FAILED (a run that dies before saying otherwise
+    failed) and ``created_at`` now. The run fills it in inside ``with outcome(record):``."""
+    fields.setdefault("created_at", now_iso())
+    return Record(experiment, system, point, config, Status.FAILED, **fields)
+
+
+def failed_record(experiment: str, system: str, point: dict[str, Any],
+                  config: dict[str, Any], reason: str) -> Record:
+    """The record of a run that produced none of its own (its process crashed, was killed, hung
+    or could not even parse its input): status FAILED, ``reason``, ``created_at`` now and the
+    environment of this (supervising) process, captured without importing torch."""
+    from suite import env as envmod  # subprocess/git calls; only needed here
+
+    return new_record(experiment, system, point, config, reason=reason,
+                      env=envmod.capture(torch_info=False))
+
+
+def error_reason(e: BaseException) -> str:
+    """``"{Type}: {message}"``; a KeyError's message without the quotes its repr adds."""
+    message = e.args[0] if isinstance(e, KeyError) and e.args else e
+    return f"{type(e).__name__}: {message}"
+
+
+@contextmanager
+def outcome(record: Record, *, traceback_limit: int = 8) -> Iterator[Record]:
+    """Run the body and let the record say how it ended, so that a runner never raises for a
+    problem of the system under test (one way of doing it, not a hand-written copy per runner).
+
+    - ``Unavailable``: status UNAVAILABLE, the message as reason;
+    - any other ``Exception``: status FAILED, reason ``"{Type}: {message}"`` and
+      ``derived["traceback"]`` (the first ``traceback_limit`` frames from the ``with``
+      statement down, as ``traceback.format_exc(limit=...)`` there);
+    - no exception: the record is left as the body left it (the body sets OK / INCORRECT).
+
+    ``KeyboardInterrupt``, ``SystemExit`` and other ``BaseException``s are not swallowed: an
+    interrupted run must stop, not be recorded as a failure of the system.
+    """
+    try:
+        yield record
+    except Unavailable as e:
+        record.status, record.reason = Status.UNAVAILABLE, str(e)
+    except Exception as e:  # noqa: BLE001 - any error of a run becomes a failed record
+        record.status, record.reason = Status.FAILED, error_reason(e)
+        tb = e.__traceback__
+        tb = tb.tb_next if tb is not None and tb.tb_frame.f_code is _OUTCOME_CODE else tb
+        record.derived["traceback"] = "".join(
+            traceback.format_exception(type(e), e, tb, limit=traceback_limit))
+
+
+_OUTCOME_CODE = outcome.__wrapped__.__code__  # its own frame is left out of the traceback
 
 
 def config_hash(config: dict[str, Any]) -> str:

@@ -46,3 +46,31 @@ def count_onednn_calls(monkeypatch, module) -> dict[str, int]:
 
     monkeypatch.setattr(module, "dense", spy)
     return calls
+
+
+def report_section(tmp_path, name, table, *, records=(), curves=None, claims=None, peak=None,
+                   tables=None):
+    """One experiment through the stages after its table, as the workflow runs them: the
+    figure and the analysis its spec names (with the paper CSVs it declares), written to
+    files; returns the report ``Section``."""
+    import json
+    from pathlib import Path
+
+    import pandas as pd
+
+    from suite.analysis.analyze import AnalysisInputs, analyze
+    from suite.analysis.figure_io import FigureData
+    from suite.experiments import registry
+    from suite.report.render import Section
+
+    root = Path(__file__).resolve().parent.parent
+    spec = registry.get(name)
+    csv = tmp_path / f"{name}.table.csv"
+    table.to_csv(csv, index=False)
+    table = pd.read_csv(csv)  # as the next stage sees it
+    paper = {role: pd.read_csv(root / path) for role, path in spec.paper_paths().items()}
+    svg = registry.load(spec.figure)(FigureData(table, paper, curves, peak), tmp_path / name)[1]
+    analysis = analyze(spec, AnalysisInputs(table, paper, tables or {}, claims, list(records)))
+    out = tmp_path / f"{name}.analysis.json"
+    out.write_text(json.dumps(analysis))
+    return Section(name, csv, svg, out)

@@ -9,6 +9,7 @@ from suite.analysis.plots import latency_figure
 from suite.analysis.tables import tidy_table
 from suite.records import Record, Status, write_record
 from suite.report.render import render_report
+from conftest import report_section
 from suite.stats import summarize
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,7 +33,7 @@ def record(baseline, max_len, samples=None, status=Status.OK, reason="", padding
 
 
 def write_all(tmp_path, recs):
-    return [write_record(r, tmp_path / f"{r.baseline}_{r.point['max_seq_len']}.json")
+    return [write_record(r, tmp_path / f"{r.system}_{r.point['max_seq_len']}.json")
             for r in recs]
 
 
@@ -43,7 +44,7 @@ def test_speedups_pair_records_of_the_same_point(tmp_path):
         record("torch-eager", 128, [0.020, 0.020, 0.020]),
         record("reference", 128, [0.008, 0.008, 0.008], padding_free=True),
     ])
-    df = tidy_table(paths).set_index(["baseline", "max_seq_len"])
+    df = tidy_table(paths).set_index(["system", "max_seq_len"])
     assert df.loc[("reference", 64), "speedup_vs_padded"] == pytest.approx(0.011 / 0.005)
     assert df.loc[("reference", 128), "speedup_vs_padded"] == pytest.approx(2.5)
     assert df.loc[("reference", 128), "pct_of_gemm_bound"] == pytest.approx(125.0)
@@ -58,11 +59,9 @@ def test_failed_padded_baseline_means_no_speedup_and_a_listed_failure(tmp_path):
         record("reference", 64, [0.004, 0.005], padding_free=True),
     ])
     df = tidy_table(paths)
-    assert pd.isna(df.set_index("baseline").loc["reference", "speedup_vs_padded"])
-    table = tmp_path / "t.csv"
-    df.to_csv(table, index=False)
-    fig = latency_figure(pd.read_csv(table), PAPER, tmp_path / "fig")
-    html = render_report([("bert_varlen", table, fig[1])], tmp_path / "index.html").read_text()
+    assert pd.isna(df.set_index("system").loc["reference", "speedup_vs_padded"])
+    section = report_section(tmp_path, "bert_varlen", df, records=paths)
+    html = render_report([section], tmp_path / "index.html").read_text()
     assert "out of memory" in html and "failed" in html
     assert "Test CPU" in html
 
@@ -70,11 +69,9 @@ def test_failed_padded_baseline_means_no_speedup_and_a_listed_failure(tmp_path):
 def test_all_failed_still_renders(tmp_path):
     paths = write_all(tmp_path, [record("torch-eager", 64, status=Status.UNAVAILABLE,
                                         reason="no GPU")])
-    table = tmp_path / "t.csv"
-    tidy_table(paths).to_csv(table, index=False)
-    fig = latency_figure(pd.read_csv(table), PAPER, tmp_path / "fig")
-    assert all(p.stat().st_size > 0 for p in fig)
-    html = render_report([("bert_varlen", table, fig[1])], tmp_path / "index.html").read_text()
+    section = report_section(tmp_path, "bert_varlen", tidy_table(paths), records=paths)
+    assert section.figure_svg.stat().st_size > 0
+    html = render_report([section], tmp_path / "index.html").read_text()
     assert "no GPU" in html and "unavailable" in html
 
 

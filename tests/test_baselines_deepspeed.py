@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.baselines import registry
+from suite.baselines.registry import baselines
 from suite.baselines.deepspeed_inference import DeepSpeedInference, single_rank_env
 from suite.records import Status, read_record
 
@@ -30,7 +30,7 @@ def test_cpu_point_passes_the_gate_and_is_timed(tmp_path):
                "timing": {"warmup": 1, "min_repeats": 3, "min_time_s": 0.0}}
     env = {k: v for k, v in os.environ.items() if k not in DIST_VARS}  # as a plain job sees it
     proc = subprocess.run(
-        [sys.executable, "-m", "suite.cli", "run", "bert_varlen", "--baseline",
+        [sys.executable, "-m", "suite.cli", "run", "bert_varlen", "--system",
          "deepspeed-inference", "--batch-size", "3", "--max-seq-len", "16", "--section-json",
          json.dumps(section), "--out", str(out), "--in-process"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
@@ -49,7 +49,7 @@ def test_cpu_point_passes_the_gate_and_is_timed(tmp_path):
 
 def test_missing_deepspeed_is_a_reason_not_a_crash(monkeypatch):
     monkeypatch.setitem(sys.modules, "deepspeed", None)  # makes `import deepspeed` fail
-    system = registry.create("deepspeed-inference")
+    system = baselines.create("deepspeed-inference")
     assert isinstance(system, DeepSpeedInference)
     ok, why = system.available()
     assert not ok and "deepspeed cannot be imported" in why

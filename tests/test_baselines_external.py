@@ -11,8 +11,9 @@ import pytest
 import torch
 from conftest import TINY_MODEL
 
-from suite.baselines import registry
-from suite.baselines.external import STAMP, External, ExternalSpec, build
+from suite.baselines.registry import baselines
+from suite.baselines.external import External, ExternalSpec, build
+from suite.baselines.external_build import STAMP
 from suite.config import BertDims, BertVarlenConfig, ConfigError
 from suite.experiments.bert_varlen import run_point
 from suite.models import canonical_model, hf_inputs
@@ -86,7 +87,7 @@ def test_missing_command_or_unbuilt_source_is_unavailable_with_the_reason(tiny_c
     spec = ExternalSpec("never_built_xyz", ("{build_dir}/bin/x",), source=str(tmp_path))
     ok, why = External(spec).available()
     assert not ok and "not built yet" in why and "external_build" in why
-    ok, why = registry.create("external").available()  # the bare entry point: nothing configured
+    ok, why = baselines.create("external").available()  # the bare entry point: nothing configured
     assert not ok and "bert_varlen.external.<name>" in why
 
 
@@ -131,14 +132,14 @@ def test_build_refuses_a_source_without_cmakelists(tmp_path):
 
 # --- ONNX Runtime -------------------------------------------------------------------------------
 
-onnx_ok, onnx_why = registry.create("onnxruntime").available()
+onnx_ok, onnx_why = baselines.create("onnxruntime").available()
 
 
 @pytest.mark.skipif(not onnx_ok, reason=onnx_why)
 @pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
 def test_onnxruntime_matches_hf_on_other_shapes_than_the_export(tiny_cfg):
     model = canonical_model("bert", BertDims(**TINY_MODEL), 32)
-    system = registry.create("onnxruntime")
+    system = baselines.create("onnxruntime")
     system.prepare(model, torch.device("cpu"), torch.float32)
     for lengths, s in (([5, 0, 16, 1], 16), ([32, 7], 32)):  # exported at [2, 16]
         batch = bert_batch(lengths, s, 100, seed=1)
@@ -156,5 +157,5 @@ def test_onnxruntime_matches_hf_on_other_shapes_than_the_export(tiny_cfg):
 
 @pytest.mark.skipif(not onnx_ok, reason=onnx_why)
 def test_onnxruntime_refuses_half_precision():
-    ok, why = registry.create("onnxruntime").can_run("bert-encoder", "cpu", "fp16")
+    ok, why = baselines.create("onnxruntime").can_run("bert-encoder", "cpu", "fp16")
     assert not ok and "fp16" in why

@@ -75,7 +75,7 @@ def _start_children(tmp: Path) -> dict[str, tuple[subprocess.Popen, Path | None]
     children = {}
     for baseline in VARIANTS:
         out = tmp / f"{baseline}.json"
-        cmd = [sys.executable, "-m", "suite.cli", "run", "bert_varlen", "--baseline", baseline,
+        cmd = [sys.executable, "-m", "suite.cli", "run", "bert_varlen", "--system", baseline,
                "--batch-size", "3", "--max-seq-len", "16", "--section-json",
                json.dumps(SECTION), "--out", str(out), "--in-process"]
         children[baseline] = (subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE,

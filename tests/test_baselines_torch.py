@@ -6,7 +6,7 @@ import pytest
 import torch
 from conftest import TINY_MODEL
 
-from suite.baselines import registry
+from suite.baselines.registry import baselines
 from suite.baselines.torch_hf import TorchCompile
 from suite.baselines.torch_nested import TorchNested
 from suite.config import BertDims
@@ -46,7 +46,7 @@ def prepared(tiny_model):
 
     def get(name):
         if name not in cache:
-            system = registry.create(name)
+            system = baselines.create(name)
             ok, why = system.can_run("bert-encoder", "cpu", "fp32")
             assert ok, why
             system.prepare(tiny_model, torch.device("cpu"), torch.float32)

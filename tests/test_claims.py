@@ -18,7 +18,7 @@ CLAIMS = pd.DataFrame([
 
 
 def row(baseline, b, s, ms, status="ok", reason=""):
-    return {"baseline": baseline, "batch_size": b, "max_seq_len": s, "median_ms": ms,
+    return {"system": baseline, "batch_size": b, "max_seq_len": s, "median_ms": ms,
             "status": status, "reason": reason}
 
 

@@ -62,3 +62,71 @@ def test_model_shape_is_checked():
 def test_missing_file():
     with pytest.raises(ConfigError, match="does not exist"):
         load(ROOT / "nope.yaml")
+
+
+# ----------------------------------------------------------------------------- run sections
+
+
+@pytest.mark.parametrize("section, match", [
+    ({"steps": 0}, r"^llm_train\.steps=0 must be a positive int$"),
+    ({"steps": 3.0}, r"steps=3\.0 must be a positive int"),  # an int, not a whole float
+    ({"steps": True}, r"steps=True must be a positive int"),
+    ({"lr": float("inf")}, r"lr=inf must be a positive number"),
+    ({"lr": float("nan")}, r"lr=nan must be a positive number"),
+    ({"warmup_steps": -1}, r"warmup_steps=-1 must be an int >= 0"),
+    ({"seq_len": 1}, r"seq_len=1 must be an int >= 2"),  # the config file's rule (llm.train)
+    ({"dtype": "fp16"}, r"dtype='fp16' is not one of \['fp32', 'bf16'\]"),
+    ({"betas": (0.9, 1.0)}, r"betas=\(0\.9, 1\.0\) must be two numbers in \[0, 1\)"),
+    ({"ddp_overlap": 1}, r"ddp_overlap=1 must be true or false"),
+    ({"stepz": 3, "steps": 0}, r"unknown key\(s\) \['stepz'\]; valid: \[.*'steps'.*; "
+                               r"llm_train\.steps=0"),  # every error, not the first
+])
+def test_validate_section_names_key_value_and_what_is_valid(section, match):
+    from suite.config import validate_section
+
+    with pytest.raises(ConfigError, match=match):
+        validate_section(section, "llm_run", "llm_train")
+
+
+def test_validate_section_accepts_and_leaves_alone():
+    from suite.config import validate_section
+
+    section = {"steps": 4, "betas": (0.9, 0.95), "lr": 1, "model": None}
+    validate_section(section, "llm_run")
+    assert section == {"steps": 4, "betas": (0.9, 0.95), "lr": 1, "model": None}  # no defaults
+    with pytest.raises(ConfigError, match=r"^pretrain_run=\[\] must be a mapping$"):
+        validate_section([], "pretrain_run")
+    with pytest.raises(KeyError, match="no \\$defs entry 'nope'"):
+        validate_section({}, "nope")
+
+
+def test_run_sections_share_the_config_sections_rules():
+    """A rule is written once: the run shapes take the config sections' fields (YAML merge)."""
+    from suite.config import schema
+
+    props, defs = schema()["properties"], schema()["$defs"]
+    for config_fields, run in ((props["llm"]["properties"]["train"]["properties"], "llm_run"),
+                               (props["vwn"]["properties"]["train"]["properties"],
+                                "pretrain_run")):
+        run_fields = defs[run]["properties"]
+        for name, rule in config_fields.items():
+            if name != "model":  # a run's model is checked by the model classes
+                assert run_fields[name] == rule, name
+
+
+def test_dataclasses_check_through_the_schema():
+    from suite.experiments.pretrain_config import PretrainConfig
+    from suite.trainers.config import TrainConfig
+
+    with pytest.raises(ConfigError, match=r"llm_train\.global_batch=0 must be a positive int"):
+        TrainConfig(global_batch=0)
+    with pytest.raises(ConfigError, match=r"llm_train\.bucket_cap_mb=0 must be a positive"):
+        TrainConfig(bucket_cap_mb=0)
+    with pytest.raises(ConfigError, match=r"warmup_steps=5 must be < steps=5"):  # cross-field
+        TrainConfig(steps=5, warmup_steps=5)
+    with pytest.raises(ConfigError, match=r"train\.eval_every=0 must be a positive int"):
+        PretrainConfig(eval_every=0)
+    with pytest.raises(ConfigError, match=r"train\.grad_clip=-0\.5 must be a number >= 0"):
+        PretrainConfig.from_dict({"grad_clip": -0.5})
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['m'\] for kind='gpt'"):
+        PretrainConfig(model={"n_layer": 1, "n_embd": 16, "n_head": 2, "m": 2})

@@ -6,10 +6,11 @@ import sys
 import pytest
 import torch
 
-from suite.baselines import Baseline, registry
+from suite.baselines import Baseline
+from suite.baselines.registry import baselines
 from suite.baselines.torch_hf import TorchEager
 from suite.experiments.bert_varlen import run_point
-from suite.isolation import run_isolated
+from suite.launch import run_isolated
 from suite.records import Record, Status, read_record
 
 PEAK = {"schema_version": 1, "device": "cpu-test", "device_type": "cpu", "threads": 1,
@@ -65,8 +66,8 @@ class NoGpuOnly(TorchEager):
 @pytest.fixture
 def fake_registry(monkeypatch):
     extra = {c.name: c for c in (WrongBert, CrashingBert, NoGpuOnly)}
-    real = registry.create
-    monkeypatch.setattr(registry, "create",
+    real = baselines.create
+    monkeypatch.setattr(baselines, "create",
                         lambda name: extra[name]() if name in extra else real(name))
 
 

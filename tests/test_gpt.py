@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from reference_impl import gpt as gpt_module
-from reference_impl.gpt import GPT, GPTConfig, window_mask
+from reference_impl.configs import GPTConfig
+from reference_impl.gpt import GPT, window_mask
 
 TINY = dict(vocab_size=37, n_layer=2, n_embd=32, n_head=4, block_size=16)
 ARCHS = [dict(mlp=mlp, norm=norm, rope=rope, n_kv_head=kv)
@@ -237,7 +238,7 @@ def test_checkpointing_keeps_loss_and_gradients(fused):
         calls = []
         for block in other.blocks:  # count attention cores run: a recompute runs one again
             core = block.attn.core
-            block.attn.core = lambda *a, core=core: calls.append(1) or core(*a)
+            block.attn.core = lambda *a, core=core, calls=calls: calls.append(1) or core(*a)
         loss_c, grads_c = _grads(other, idx)
         assert len(calls) == 2 * TINY["n_layer"], mode
         assert torch.equal(loss_c, loss), mode

@@ -5,8 +5,8 @@ import pandas as pd
 import pytest
 from test_trainers import fake_peak
 
-from suite.analysis.llm_plots import llm_figure
-from suite.analysis.llm_tables import ablation_vs_paper, llm_table
+from conftest import report_section
+from suite.analysis.llm_tables import ablation_vs_paper, llm_curves, llm_table
 from suite.env import REPO_ROOT
 from suite.experiments.llm_plan import jobs
 from suite.experiments.llm_train import run_training
@@ -26,12 +26,14 @@ TABLE3 = pd.read_csv(REPO_ROOT / "results/paper/megascale_table3_ablation_175b_2
 
 def run_jobs(tmp_path, experiment, upto=None):
     paths = []
-    for job in jobs(CONFIG)[experiment][:upto]:
-        out = tmp_path / job.path(experiment)
+    for i, job in enumerate(jobs(CONFIG)[experiment][:upto]):
+        # a folder that is not the label: the label must come from the record
+        out = tmp_path / experiment / f"run{i}" / f"{job.trainer}.json"
         out.parent.mkdir(parents=True, exist_ok=True)
         rec = run_training(job.train, job.trainer, out.with_suffix(".steps.jsonl"),
                            peak=fake_peak(threads=1), check_steps=job.check_steps,
-                           experiment=experiment, out=out)
+                           experiment=experiment, out=out, label=job.label)
+        assert rec.point["label"] == job.label
         write_record(rec, out)
         paths.append(out)
     return paths
@@ -73,14 +75,12 @@ def test_figures_and_report_sections(ablation, tmp_path):
     scale = pd.concat([predict_table2().assign(figure="table2"),
                        predict_fig9().assign(figure="fig9")]).assign(
                            experiment="llm_scale", status="ok")
-    sections = []
-    for name, table, paper in (("llm_ablation", ablation, TABLE3), ("llm_loss", loss, None),
-                               ("llm_scale", scale, None)):
-        csv = tmp_path / f"{name}.csv"
-        table.to_csv(csv, index=False)
-        svg = llm_figure(name, pd.read_csv(csv), paper, tmp_path / name)[1]
-        assert svg.stat().st_size > 10_000
-        sections.append((name, csv, svg))
+    curves = llm_curves(loss)
+    assert set(curves.record) == set(loss.record) and (curves.loss > 0).all()
+    sections = [report_section(tmp_path, "llm_ablation", ablation),
+                report_section(tmp_path, "llm_loss", loss, curves=curves),
+                report_section(tmp_path, "llm_scale", scale)]
+    assert all(s.figure_svg.stat().st_size > 10_000 for s in sections)
     html = render_report(sections, tmp_path / "index.html").read_text()
     assert "Gain of each step in MFU points: + parallel block:" in html
     assert "vs +4.6 in the paper" in html

@@ -5,7 +5,7 @@ import pytest
 
 from suite.config import ConfigError
 from suite.experiments.llm_plan import ABLATION, ablation_overrides, jobs, section, trainers
-from suite.experiments.llm_train import TrainConfig
+from suite.trainers.config import TrainConfig
 
 CONFIG = {"llm": {
     "nprocs": 2,

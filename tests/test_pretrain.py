@@ -12,7 +12,7 @@ import torch
 from reference_impl.merging import merge_checkpoints
 from reference_impl.vwn import VWNGPT
 from suite.config import ConfigError, validate
-from suite.experiments import pma_merging, pretrain, pretrain_plan, vwn_width
+from suite.experiments import pma_merging, pretrain, pretrain_config, pretrain_plan, vwn_width
 
 MODEL = {"n_layer": 1, "n_embd": 16, "n_head": 2}
 TRAIN = {"model": MODEL, "seq_len": 16, "batch": 2, "lr": 3e-3, "warmup_steps": 2, "steps": 8,
@@ -22,8 +22,8 @@ TRAIN = {"model": MODEL, "seq_len": 16, "batch": 2, "lr": 3e-3, "warmup_steps": 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def _cfg(**kw) -> pretrain.PretrainConfig:
-    return pretrain.PretrainConfig.from_dict({**TRAIN, **kw})
+def _cfg(**kw) -> pretrain_config.PretrainConfig:
+    return pretrain_config.PretrainConfig.from_dict({**TRAIN, **kw})
 
 
 # ----------------------------------------------------------------------------- config
@@ -123,17 +123,17 @@ def _vwn_section(**kw):
 
 def test_variants_cover_r_and_the_m_ablation_once():
     vwn = _vwn_section()
-    got = [(v.m, v.n, v.series) for v in vwn_width.variants(vwn)]
+    got = [(v.m, v.n, v.series) for v in pretrain_config.variants(vwn)]
     # (2, 4) is r = 2 at the main m: run once, as main
     assert got == [(2, 2, "main"), (2, 3, "main"), (2, 4, "main"), (1, 2, "m_ablation")]
     with pytest.raises(ConfigError, match=r"r=1.5 with m=1 gives n=1.5"):
-        vwn_width.variants(_vwn_section(m=1))
+        pretrain_config.variants(_vwn_section(m=1))
 
 
 def test_baseline_is_frozen_plain_and_longer():
     vwn = _vwn_section(baseline_length=3)
-    base, wide = vwn_width.variants(vwn)[:2]
-    b, w = vwn_width.train_config(vwn, base), vwn_width.train_config(vwn, wide)
+    base, wide = pretrain_config.variants(vwn)[:2]
+    b, w = pretrain_config.train_config(vwn, base), pretrain_config.train_config(vwn, wide)
     assert b["model"]["ghc_trainable"] is False and b["model"]["dynamic"] is False
     assert w["model"]["ghc_trainable"] is True and w["model"]["dynamic"] is True
     assert b["steps"] == 3 * w["steps"]
@@ -141,13 +141,13 @@ def test_baseline_is_frozen_plain_and_longer():
     bad = _vwn_section()
     bad["train"]["eval_every"] = 3
     with pytest.raises(ConfigError, match="must be a multiple of eval_every=3"):
-        vwn_width.train_config(bad, base)
+        pretrain_config.train_config(bad, base)
 
 
 def test_vwn_run_record():
     vwn = _vwn_section(baseline_length=2)
-    v = vwn_width.variants(vwn)[1]
-    rec = vwn_width.run(vwn_width.train_config(vwn, v), seed=0)
+    v = pretrain_config.variants(vwn)[1]
+    rec = vwn_width.run(pretrain_config.train_config(vwn, v), seed=0)
     assert rec.status.value == "ok", rec.reason
     d = rec.derived
     assert [c["step"] for c in d["curve"]] == [0, 4, 8]
@@ -160,6 +160,7 @@ def test_vwn_run_record():
 def test_vwn_run_failure_is_a_record():
     rec = vwn_width.run({**TRAIN, "kind": "vwn", "model": {**MODEL, "m": 3, "n": 3}}, seed=0)
     assert rec.status.value == "failed" and "m=3 must divide" in rec.reason
+    assert "ConfigError" in rec.derived["traceback"]  # kept, as for every runner
 
 
 # ----------------------------------------------------------------------------- PMA
@@ -185,15 +186,15 @@ def _pma_section(**kw):
 ])
 def test_pma_section_errors(change, match):
     with pytest.raises(ConfigError, match=match):
-        pma_merging.check_section(_pma_section(**change))
+        pretrain_config.check_section(_pma_section(**change))
 
 
 def test_parse_method():
-    assert pma_merging.parse_method("ema:0.1") == ("ema", 0.1)
-    assert pma_merging.parse_method("wma")[0] == "wma"
+    assert pretrain_config.parse_method("ema:0.1") == ("ema", 0.1)
+    assert pretrain_config.parse_method("wma")[0] == "wma"
     for bad in ("ema", "sma:0.1", "avg"):
         with pytest.raises(ConfigError, match="is not 'sma', 'wma' or 'ema:ALPHA'"):
-            pma_merging.parse_method(bad)
+            pretrain_config.parse_method(bad)
 
 
 def test_pma_run_merges_from_disk(tmp_path):
@@ -211,7 +212,7 @@ def test_pma_run_merges_from_disk(tmp_path):
     # the headline merge is the SMA of the files at 8, 10, 12, evaluated on the held-out set
     h = d["headline"]
     assert h["steps"] == [8, 10, 12]
-    cfg = pma_merging.check_section(pma)
+    cfg = pretrain_config.check_section(pma)
     states = [pretrain.load_weights(tmp_path / "ck" / "constant" / f"step{s:07d}.pt")
               for s in h["steps"]]
     model = pretrain.start(cfg, 0).model
@@ -244,6 +245,12 @@ def test_pma_run_removes_checkpoints_by_default(tmp_path):
     assert rec.derived["spike"] is None and rec.derived["decays"] == []
 
 
+def test_pma_run_failure_is_a_record_with_its_traceback(tmp_path):
+    rec = pma_merging.run(_pma_section(checkpoint_every=5), 0, tmp_path / "ck")
+    assert rec.status.value == "failed" and "multiple of pma.checkpoint_every=5" in rec.reason
+    assert "check_section" in rec.derived["traceback"] and not (tmp_path / "ck").exists()
+
+
 def test_plan_paths_and_specs():
     config = {"vwn": _vwn_section(), "pma": _pma_section()}
     plan = pretrain_plan.jobs(config)
@@ -254,8 +261,8 @@ def test_plan_paths_and_specs():
     off = pretrain_plan.jobs({"vwn": {"enabled": False}, "pma": {"enabled": False}})
     assert off == {}
     spec = copy.deepcopy(vwn[2].spec)
-    assert pretrain.PretrainConfig.from_dict(spec).kind == "vwn"
-    assert isinstance(pretrain.build_model(pretrain.PretrainConfig.from_dict(spec), 0,
+    assert pretrain_config.PretrainConfig.from_dict(spec).kind == "vwn"
+    assert isinstance(pretrain.build_model(pretrain_config.PretrainConfig.from_dict(spec), 0,
                                            torch.device("cpu")), VWNGPT)
 
 
@@ -281,7 +288,7 @@ def test_decay_fork_follows_the_constant_run_until_it_leaves(tmp_path):
     pma = _pma_section(spike={"enabled": False})
     rec = pma_merging.run(pma, 0, tmp_path / "ck")
     (dec,) = rec.derived["decays"]
-    cfg = pma_merging.check_section(pma)
+    cfg = pretrain_config.check_section(pma)
     run = pretrain.start(cfg, 0)
     pretrain.train(run, dec["fork_step"], pretrain.warmup_constant(cfg))
     pretrain.train(run, 2, make_schedule("wsd", total_steps=12, warmup_steps=2,

@@ -145,7 +145,7 @@ def test_summary_pairs_seeds_and_lists_failures(tmp_path):
     assert wide.time_overhead == pytest.approx(1.0) and wide.flops_overhead == pytest.approx(7.0)
     assert wide.s_next_token == pytest.approx(1.6, rel=0.01)
     failed = table[table.status == "failed"].iloc[0]
-    assert failed.reason == "boom" and failed.baseline == "m2-n4 seed 0"
+    assert failed.reason == "boom" and failed.system == "m2-n4 seed 0"
 
 
 # ----------------------------------------------------------------------------- PMA from records

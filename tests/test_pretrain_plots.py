@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from suite.analysis.figure_io import FigureData
 from suite.analysis.pretrain_plots import build_pma_figure, build_vwn_figure, pma_figure, vwn_figure
 
 T = 1000  # the common token count of the VWN variants; the baseline runs 3 T
@@ -65,7 +66,8 @@ def _written(paths) -> None:
 
 def test_vwn_figure_writes_png_and_svg(tmp_path):
     table, curves = vwn_inputs()
-    _written(vwn_figure(table, curves, PAPER, tmp_path / "fig", headline=HEADLINE))
+    _written(vwn_figure(FigureData(table, {"table1": PAPER, "headline": HEADLINE}, curves),
+                        tmp_path / "fig"))
 
 
 def test_vwn_panels():
@@ -97,8 +99,8 @@ def test_vwn_missing_inputs(tmp_path):
         assert "no m ablation in this run" in _texts(fig.axes[5])
     finally:
         plt.close(fig)
-    _written(vwn_figure(table, curves, None, tmp_path / "partial"))
-    _written(vwn_figure(pd.DataFrame(), pd.DataFrame(), None, tmp_path / "empty"))
+    _written(vwn_figure(FigureData(table, {}, curves), tmp_path / "partial"))
+    _written(vwn_figure(FigureData(pd.DataFrame(), {}, pd.DataFrame()), tmp_path / "empty"))
 
 
 def pma_inputs() -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -132,7 +134,8 @@ def pma_inputs() -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def test_pma_figure_writes_png_and_svg(tmp_path):
-    _written(pma_figure(*pma_inputs(), tmp_path / "fig"))
+    table, curves = pma_inputs()
+    _written(pma_figure(FigureData(table, {}, curves), tmp_path / "fig"))
 
 
 def test_pma_panels():
@@ -164,5 +167,5 @@ def test_pma_missing_inputs(tmp_path):
         assert "no spike test in this run" in _texts(fig.axes[5])
     finally:
         plt.close(fig)
-    _written(pma_figure(table, curves, tmp_path / "partial"))
-    _written(pma_figure(pd.DataFrame(), pd.DataFrame(), tmp_path / "empty"))
+    _written(pma_figure(FigureData(table, {}, curves), tmp_path / "partial"))
+    _written(pma_figure(FigureData(pd.DataFrame(), {}, pd.DataFrame()), tmp_path / "empty"))

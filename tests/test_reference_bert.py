@@ -104,6 +104,7 @@ def test_every_switch_combination_matches_hf(combo):
 def test_switches_select_the_code_paths(monkeypatch):
     """Each switch really swaps the computation: count calls into each kernel."""
     import reference_impl.bert as bert
+    from reference_impl.switches import LADDER
 
     calls = {"varlen": 0, "padded": 0, "ln": 0, "gelu": 0}
 
@@ -121,7 +122,7 @@ def test_switches_select_the_code_paths(monkeypatch):
     hf = canonical_bert(BertDims(**TINY_MODEL), max_position=8)
     batch = bert_batch([3, 8], 8, TINY_MODEL["vocab_size"])
     layers = TINY_MODEL["layers"]
-    for name, sw in bert.LADDER:
+    for name, sw in LADDER:
         calls.update(dict.fromkeys(calls, 0))
         PaddingFreeBert.from_hf(hf, **sw.__dict__)(batch.input_ids, batch.attention_mask)
         assert calls == {"varlen": layers * sw.fused_mha, "padded": layers * (not sw.fused_mha),
@@ -308,7 +309,7 @@ def test_bucket_plan_is_the_same_attention_as_planning_per_call():
     rows = torch.cat([b.rows for b in plan]).sort().values
     assert torch.equal(rows, torch.arange(sum(lengths)))  # every token once
     got = varlen_attention(q, k, v, cu, 16, backend="torch", plan=plan)
-    for i, n in enumerate(lengths):
+    for i in range(len(lengths)):
         s = slice(int(cu[i]), int(cu[i + 1]))
         torch.testing.assert_close(got[s], naive_attention(q[s], k[s], v[s], False))
 

@@ -20,10 +20,12 @@ import torch
 from suite import plugins
 from suite import steplog as sl
 from suite.config import ConfigError
-from suite.experiments import llm_train
-from suite.experiments.llm_train import TrainConfig, command, resolve_peak, run_training
+from suite import launch
+from suite.experiments.llm_train import resolve_peak, run_training
+from suite.launch import command
 from suite.records import Status, read_record
-from suite.trainers import Trainer, names as trainer_names
+from suite.trainers import Trainer, registry as trainers
+from suite.trainers.config import TrainConfig
 from suite.trainers.single import SingleTrainer
 
 REPO = Path(__file__).resolve().parent.parent
@@ -47,18 +49,18 @@ def fake_peak(threads: int = 2) -> dict:
 
 
 def test_registry_lists_every_engine():
-    assert set(trainer_names()) >= {"single", "ddp", "fsdp2", "fsdp2-noprefetch", "zero1",
+    assert set(trainers.names()) >= {"single", "ddp", "fsdp2", "fsdp2-noprefetch", "zero1",
                                     "zero2", "zero3"}
-    for name in trainer_names():
+    for name in trainers.names():
         t = plugins.Registry("seedbench.trainers", Trainer).create(name)
         assert t.name == name and t.launcher in ("torchrun", "deepspeed", "single")
 
 
 def test_registry_is_a_drop_in_for_the_baselines_registry():
-    from suite.baselines import registry as old
     from suite.baselines.base import Baseline
+    from suite.baselines.registry import baselines as old
 
-    new = plugins.Registry(old.GROUP, Baseline, kind="baseline")
+    new = plugins.Registry(old.group, Baseline, kind="baseline")
     assert new.names() == old.names()
     for call in (lambda r: r.check_names(["nope", "torch-eager"]), lambda r: r.create("nope")):
         with pytest.raises(KeyError) as a:
@@ -151,7 +153,7 @@ def test_steplog_round_trip(tmp_path):
 def test_command_builder():
     py = sys.executable
     args = ["--trainer", "ddp"]
-    assert command("single", 1, args, python=py) == [py, "-m", llm_train.MODULE, *args]
+    assert command("single", 1, args, python=py) == [py, "-m", launch.MODULE, *args]
     with pytest.raises(ValueError, match="'single' runs one process; nprocs=2"):
         command("single", 2, args)
     cmd = command("ddp", 2, args, python=py)
@@ -159,7 +161,7 @@ def test_command_builder():
     assert cmd[i:i + 4] == ["--standalone", "--nproc-per-node", "2", "-m"]
     assert cmd[:i] in ([str(Path(py).with_name("torchrun"))],
                        [py, "-m", "torch.distributed.run"])
-    assert cmd[-3:] == [llm_train.MODULE, *args]
+    assert cmd[-3:] == [launch.MODULE, *args]
     multi = command("fsdp2", 4, args, nnodes=2, rdzv_endpoint="node0:29400", node_rank=1,
                     python=py)
     assert "--standalone" not in multi
@@ -173,7 +175,7 @@ def test_command_builder():
     ds = command("zero2", 8, args, python=py)
     assert Path(ds[0]).name == "deepspeed"
     assert ds[1:] == ["--num_gpus", "8", "--num_nodes", "1", "--no_local_rank", "--module",
-                      llm_train.MODULE, *args]
+                      launch.MODULE, *args]
     assert "--standalone" in command("zero2", 2, args, launcher="torchrun", python=py)
     with pytest.raises(ValueError, match="cannot run under launcher='single'"):
         command("zero2", 1, args, launcher="single")
@@ -196,7 +198,8 @@ def test_peak_resolution():
     assert (peak.flops_per_device, peak.n_devices) == (PEAK_FLOPS, 1)
     assert "one device" in note and "WARNING" in note
     # CUDA: the datasheet peak per GPU (looked up when the file has none) x the world size
-    gpu_peak = {"schema_version": 1, "device": "NVIDIA H100 80GB HBM3", "device_type": "cuda", "threads": 1,
+    gpu_peak = {"schema_version": 1, "device": "NVIDIA H100 80GB HBM3", "device_type": "cuda",
+                "threads": 1,
                 "peaks": {"bf16": {"measured": {"flops_per_s": 7e14}, "datasheet": None}}}
     peak, note = resolve_peak(gpu_peak, "bf16", torch.device("cuda", 0), 8, 1)
     assert (peak.flops_per_device, peak.n_devices) == (989e12, 8) and "datasheet" in note
@@ -213,7 +216,7 @@ def test_peak_resolution():
 def check_ok_record(record, steplog: Path, world_size: int, trainer: str) -> None:
     assert record.status == Status.OK, (record.reason, record.derived.get("traceback"),
                                         record.derived.get("other_ranks"))
-    assert record.baseline == trainer and record.point["world_size"] == world_size
+    assert record.system == trainer and record.point["world_size"] == world_size
     c = record.correctness
     assert c["passed"] and c["check_steps"] == 3 and c["max_rel_diff"] <= c["tolerance_rel"]
     lines = sl.read_steplog(steplog)
@@ -377,7 +380,7 @@ def test_failure_of_another_rank_is_recorded_by_rank_0(tmp_path):
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert out.exists(), proc.stderr[-3000:]
     record = read_record(out)
-    assert record.status == Status.FAILED and record.baseline == "flaky"
+    assert record.status == Status.FAILED and record.system == "flaky"
     assert "rank 1: RuntimeError: rank 1 out of memory (simulated)" in record.reason
     assert not list(tmp_path.glob("*.error"))  # rank 0 folded it into the record
 
@@ -423,7 +426,7 @@ class SummedGradients(SingleTrainer):
 def test_broken_trainer_is_flagged_incorrect(broken, tmp_path):
     record = run_training(TINY, broken(), tmp_path / "b.jsonl")
     assert record.status == Status.INCORRECT, record.reason
-    assert record.baseline == broken.name and not record.correctness["passed"]
+    assert record.system == broken.name and not record.correctness["passed"]
     assert record.timing == {} and not (tmp_path / "b.jsonl").exists()
     if broken is SummedGradients:  # the losses agree; the norm does not
         assert record.correctness["max_rel_diff"] <= record.correctness["tolerance_rel"]

@@ -11,9 +11,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from reference_impl.gpt import GPT, Block, GPTConfig
-from reference_impl.vwn import (GHC, LossParts, SegmentGroupNorm, VWNConfig, VWNGPT, VWNLayer,
-                                ghc_init, no_weight_decay_params, param_groups, vwn_cost)
+from reference_impl.configs import GPTConfig, VWNConfig
+from reference_impl.gpt import GPT, Block
+from reference_impl.vwn import (GHC, LossParts, SegmentGroupNorm, VWNGPT, VWNLayer, ghc_init,
+                                no_weight_decay_params, param_groups, vwn_cost)
 
 TINY = dict(vocab_size=37, n_layer=2, n_embd=32, n_head=4, block_size=16)
 # (m, n) for r = 1, 1.5, 2, 4, 8

@@ -203,8 +203,8 @@ def test_workflow_end_to_end(workdir):
     # the tidy table: a row per record, speedups that are the ratio of the two medians
     table = pd.read_csv(results / "bert_varlen" / "table.csv")
     assert len(table) == 14
-    ref = table[(table.baseline == "reference") & (table.max_seq_len == 16)].iloc[0]
-    eager = table[(table.baseline == "torch-eager") & (table.max_seq_len == 16)].iloc[0]
+    ref = table[(table.system == "reference") & (table.max_seq_len == 16)].iloc[0]
+    eager = table[(table.system == "torch-eager") & (table.max_seq_len == 16)].iloc[0]
     assert ref.speedup_vs_padded == pytest.approx(eager.median_ms / ref.median_ms)
     assert ref.speedup_ci_low <= ref.speedup_vs_padded <= ref.speedup_ci_high
     assert eager.speedup_vs_padded == 1.0 and pd.isna(eager.speedup_ci_low)
@@ -276,3 +276,33 @@ def test_workflow_end_to_end(workdir):
     run_workflow(workdir, config)
     assert {p: p.stat().st_mtime_ns for p in results.rglob("*.json")} == mtimes
     assert (workdir / "reports" / "index.html").stat().st_mtime_ns == html_mtime
+
+
+def workflow_rules() -> set[str]:
+    """Every rule the workflow defines: ``rule NAME:`` in the Snakefile and the rule files."""
+    import re
+
+    files = [ROOT / "Snakefile", *sorted((ROOT / "workflows" / "rules").glob("*.smk"))]
+    return {m.group(1) for f in files
+            for m in re.finditer(r"^rule (\w+):", f.read_text(), re.MULTILINE)}
+
+
+@pytest.mark.parametrize("profile", sorted(p.parent.name for p in
+                                           (ROOT / "workflows" / "profiles").glob("*/config.yaml")))
+def test_profiles_name_real_rules(profile):
+    """A resource set for a rule that does not exist is silently ignored: paper-scale training
+    under SLURM would get the default one GPU for eight ranks."""
+    import yaml
+
+    rules = workflow_rules()
+    assert {"all", "llm_point", "bert_point"} <= rules  # the parse itself works
+    settings = yaml.safe_load((ROOT / "workflows" / "profiles" / profile / "config.yaml")
+                              .read_text()) or {}
+    for key in ("set-resources", "set-threads"):
+        value = settings.get(key) or {}
+        # a mapping {rule: {...}} or the command line's list form ["rule:resource=value", ...]
+        named = ({str(v).split(":", 1)[0] for v in value} if isinstance(value, list)
+                 else set(value))
+        assert named <= rules, (f"{profile}/config.yaml {key} names rule(s) "
+                                f"{sorted(named - rules)} that the workflow lacks; rules: "
+                                f"{sorted(rules)}")

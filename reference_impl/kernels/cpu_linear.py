@@ -14,7 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-CPU_GEMMS = ("auto", "torch", "onednn")
+from reference_impl.switches import check_cpu_gemm
+
 ONEDNN_DTYPES = (torch.float32, torch.bfloat16)
 
 
@@ -29,12 +30,6 @@ def onednn_usable(x: torch.Tensor, weight: torch.Tensor) -> tuple[bool, str]:
     if torch.is_grad_enabled() and weight.requires_grad:
         return False, "autograd is on: the oneDNN linear ops have no backward"
     return True, ""
-
-
-def check_cpu_gemm(cpu_gemm: str) -> str:
-    if cpu_gemm not in CPU_GEMMS:
-        raise ValueError(f"cpu_gemm={cpu_gemm!r} is not one of {CPU_GEMMS}")
-    return cpu_gemm
 
 
 def use_onednn(cpu_gemm: str, x: torch.Tensor, weight: torch.Tensor) -> bool:

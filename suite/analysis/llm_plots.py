@@ -5,20 +5,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from suite.analysis.plots import save_figure  # noqa: E402
+from suite.analysis.figure_io import FigureData, plt, save_figure  # plt: the Agg backend set
 
 SYSTEM_COLORS = {"Megatron-LM": "tab:orange", "MegaScale": "tab:blue"}
 
 
-def scale_figure(table: pd.DataFrame, out: Path) -> list[Path]:
+def scale_figure(data: FigureData, out: Path) -> list[Path]:
     """Table 2 (175B strong scaling): iteration time and MFU vs GPUs, paper points beside the
     model's predictions (calibration rows ringed); Figure 9 (530B weak scaling): MFU."""
+    table = data.table
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2), constrained_layout=True)
     t2, f9 = table[table.figure == "table2"], table[table.figure == "fig9"]
     for system, color in SYSTEM_COLORS.items():
@@ -56,10 +53,18 @@ def _bars(ax, labels: list[str], values, annotations: list[str], ylabel: str, ti
     ax.set(ylabel=ylabel, title=title)
 
 
-def mfu_figure(table: pd.DataFrame, out: Path, title: str) -> list[Path]:
+def mfu_sweep_figure(data: FigureData, out: Path) -> list[Path]:
+    return _mfu_figure(data.table, out, "MFU sweep: model sizes x engines")
+
+
+def engines_figure(data: FigureData, out: Path) -> list[Path]:
+    return _mfu_figure(data.table, out, "Engines at equal model and global batch")
+
+
+def _mfu_figure(table: pd.DataFrame, out: Path, title: str) -> list[Path]:
     """MFU per run (tokens/s on each bar) and the peak memory per rank."""
-    ok = table[table.status == "ok"].sort_values(["n_params", "baseline"])
-    labels = [f"{r.model}\n{r.baseline} x{r.world_size}" for r in ok.itertuples()]
+    ok = table[table.status == "ok"].sort_values(["n_params", "system"])
+    labels = [f"{r.model}\n{r.system} x{r.world_size}" for r in ok.itertuples()]
     fig, axes = plt.subplots(1, 2, figsize=(max(8, 1.3 * len(ok) + 4), 4.2),
                              constrained_layout=True)
     _bars(axes[0], labels, ok.mfu_percent, [f"{v:.0f} tok/s" for v in ok.tokens_per_s],
@@ -70,16 +75,17 @@ def mfu_figure(table: pd.DataFrame, out: Path, title: str) -> list[Path]:
     return save_figure(fig, out)
 
 
-def ablation_figure(table: pd.DataFrame, paper: pd.DataFrame | None, out: Path) -> list[Path]:
+def ablation_figure(data: FigureData, out: Path) -> list[Path]:
     """The ladder measured here (MFU at the baseline's FLOP count) beside Table 3's."""
-    ok = table[table.status == "ok"].sort_values("step")
+    ok = data.table[data.table.status == "ok"].sort_values("step")
+    paper = data.paper_table("table3")
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.4), constrained_layout=True)
     gains = ok.mfu_fixed_percent.diff()
     _bars(axes[0], list(ok.technique), ok.mfu_fixed_percent,
           [f"{v:.1f}%" + ("" if pd.isna(g) else f" ({g:+.1f})")
            for v, g in zip(ok.mfu_fixed_percent, gains)],
           "MFU (%, baseline FLOP count)", "measured here")
-    if paper is not None:
+    if not paper.empty:
         _bars(axes[1], list(paper.technique), paper.mfu_percent,
               [f"{v:.1f}%" for v in paper.mfu_percent], "MFU (%)",
               "MegaScale Table 3 (175B, 256 A100s)")
@@ -87,35 +93,20 @@ def ablation_figure(table: pd.DataFrame, paper: pd.DataFrame | None, out: Path) 
     return save_figure(fig, out)
 
 
-def loss_figure(table: pd.DataFrame, out: Path) -> list[Path]:
-    """Training loss against tokens seen (from the step logs), held-out loss at the end."""
-    from suite.steplog import LOSS, read_steplog
-
+def loss_figure(data: FigureData, out: Path) -> list[Path]:
+    """Training loss against tokens seen (the table step's curves), held-out loss at the end."""
+    table, curves = data.table, data.curves
+    if curves is None:
+        raise ValueError("llm_loss: the figure draws the table step's curves.csv (--curves)")
     fig, ax = plt.subplots(figsize=(7, 4.2), constrained_layout=True)
     for r in table[table.status == "ok"].itertuples():
-        steps = read_steplog(r.steplog)
-        tokens = [(i + 1) * r.global_batch * r.seq_len for i in range(len(steps))]
-        line, = ax.plot(tokens, [s[LOSS] for s in steps],
+        run = curves[curves.record == r.record].sort_values("step")
+        line, = ax.plot(run.tokens, run.loss,
                         label=f"{r.optimizer}, batch {r.global_batch}, lr {r.lr:g}")
         if pd.notna(r.eval_loss):
-            ax.scatter([tokens[-1]], [r.eval_loss], color=line.get_color(), marker="*", s=120,
-                       zorder=3, label=f"held-out {r.eval_loss:.3f}")
+            ax.scatter([run.tokens.max()], [r.eval_loss], color=line.get_color(), marker="*",
+                       s=120, zorder=3, label=f"held-out {r.eval_loss:.3f}")
     ax.set(xlabel="tokens", ylabel="loss (nats/byte)",
            title="Loss on the King James text: AdamW vs LAMB at a larger batch")
     ax.legend(fontsize=7)
     return save_figure(fig, out)
-
-
-def llm_figure(experiment: str, table: pd.DataFrame, paper: pd.DataFrame | None,
-               out: Path) -> list[Path]:
-    if experiment == "llm_scale":
-        return scale_figure(table, out)
-    if experiment == "llm_mfu":
-        return mfu_figure(table, out, "MFU sweep: model sizes x engines")
-    if experiment == "llm_engines":
-        return mfu_figure(table, out, "Engines at equal model and global batch")
-    if experiment == "llm_ablation":
-        return ablation_figure(table, paper, out)
-    if experiment == "llm_loss":
-        return loss_figure(table, out)
-    raise ValueError(f"no figure for experiment {experiment!r}")

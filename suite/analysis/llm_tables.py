@@ -23,7 +23,9 @@ def llm_row(path: Path) -> dict:
     d, c = rec.derived, rec.correctness
     mfu, hfu = d.get("mfu") or {}, d.get("hfu") or {}
     return {
-        "experiment": rec.experiment, "label": Path(path).parent.name, "baseline": rec.baseline,
+        # schema-1 records predate point.label: their label is the folder the workflow put them in
+        "experiment": rec.experiment, "label": rec.point.get("label", Path(path).parent.name),
+        "system": rec.system,
         "status": rec.status.value, "reason": rec.reason,
         "model": rec.point.get("model"), "n_params": rec.point.get("n_params"),
         "world_size": rec.point.get("world_size"), "global_batch": rec.point.get("global_batch"),
@@ -54,6 +56,22 @@ def llm_table(paths: Iterable[str | Path]) -> pd.DataFrame:
     if df.empty or df.experiment.iloc[0] != "llm_ablation":
         return df
     return ablation_columns(df)
+
+
+def llm_curves(table: pd.DataFrame) -> pd.DataFrame:
+    """Training loss per logged step of every successful run (from the step logs the records
+    name): the loss figure draws this table, not the logs."""
+    from suite.steplog import LOSS, read_steplog
+
+    rows = []
+    for r in table[table.status == "ok"].itertuples() if not table.empty else []:
+        if not isinstance(r.steplog, str) or not r.steplog:
+            continue
+        for i, line in enumerate(read_steplog(r.steplog)):
+            rows.append({"record": r.record, "label": r.label, "system": r.system,
+                         "step": i + 1, "tokens": (i + 1) * r.global_batch * r.seq_len,
+                         "loss": line[LOSS]})
+    return pd.DataFrame(rows, columns=["record", "label", "system", "step", "tokens", "loss"])
 
 
 def ablation_columns(df: pd.DataFrame) -> pd.DataFrame:

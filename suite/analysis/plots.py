@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+from suite.analysis.figure_io import FigureData, plt, save_figure  # plt: the Agg backend set
 
 PAPER_LABEL = "paper: A100 fp16 (another machine)"
 
@@ -46,10 +44,10 @@ def roofline_panel(ax, ok: pd.DataFrame, peak: dict | None) -> None:
         return
     points = sorted({(int(b), int(s)) for b, s in zip(ok.batch_size, ok.max_seq_len)})
     x = {p: i for i, p in enumerate(points)}
-    systems = sorted(ok.baseline.unique(), key=lambda n: (n != "reference", n))
+    systems = sorted(ok.system.unique(), key=lambda n: (n != "reference", n))
     markers = "o^svD<>phX*d"
     for i, name in enumerate(systems):
-        rows = ok[ok.baseline == name].sort_values(["batch_size", "max_seq_len"])
+        rows = ok[ok.system == name].sort_values(["batch_size", "max_seq_len"])
         xs = [x[(int(b), int(s))] for b, s in zip(rows.batch_size, rows.max_seq_len)]
         ax.plot(xs, rows.useful_gflops_per_s, marker=markers[i % len(markers)],
                 lw=2.5 if name == "reference" else 0.8, label=name)
@@ -104,13 +102,13 @@ def _framework_bars(ax, ok: pd.DataFrame) -> None:
     b, s = ok.batch_size.max(), ok[ok.batch_size == ok.batch_size.max()].max_seq_len.max()
     at = ok[(ok.batch_size == b) & (ok.max_seq_len == s)].sort_values("median_ms")
     err = [at.median_ms - at.q1_ms, at.q3_ms - at.median_ms]
-    ax.barh(at.baseline, at.median_ms, xerr=err, capsize=3, color="tab:blue")
+    ax.barh(at.system, at.median_ms, xerr=err, capsize=3, color="tab:blue")
     ax.invert_yaxis()
     ax.set(title=f"every framework at batch {b}, max length {s}", xlabel="ms (median, IQR)")
 
 
 def _latency_panel(ax, here: pd.DataFrame, b: int) -> None:
-    for name, g in here.groupby("baseline"):
+    for name, g in here.groupby("system"):
         g = g.sort_values("max_seq_len")
         err = [g.median_ms - g.q1_ms, g.q3_ms - g.median_ms]
         ax.errorbar(g.max_seq_len, g.median_ms, yerr=err, marker="o", capsize=3, label=name)
@@ -121,7 +119,7 @@ def _latency_panel(ax, here: pd.DataFrame, b: int) -> None:
 
 def _speedup_panel(ax, here: pd.DataFrame, paper_b: pd.DataFrame, b: int) -> None:
     sp = here[here.speedup_vs_padded.notna() & here.padding_free.fillna(False).astype(bool)]
-    for name, g in sp.groupby("baseline"):
+    for name, g in sp.groupby("system"):
         g = g.sort_values("max_seq_len")
         ax.plot(g.max_seq_len, g.speedup_vs_padded, marker="o", label=f"{name} (here)")
         ax.fill_between(g.max_seq_len, g.speedup_ci_low, g.speedup_ci_high, alpha=0.2)
@@ -168,12 +166,12 @@ def bars_figure(table: pd.DataFrame, out: Path, title: str, order: list[str] | N
     fig, axes = plt.subplots(1, max(len(groups), 1), figsize=(3.6 * max(len(groups), 1) + 1, 4),
                              squeeze=False, constrained_layout=True)
     for ax, ((subject, b, s), g) in zip(axes[0], groups):
-        systems = [x for x in (order or sorted(g.baseline.unique())) if x in set(g.baseline)]
-        g = g.set_index("baseline").loc[systems]
+        systems = [x for x in (order or sorted(g.system.unique())) if x in set(g.system)]
+        g = g.set_index("system").loc[systems]
         x = range(len(systems))
         err = [g.median_ms - g.q1_ms, g.q3_ms - g.median_ms]
         ax.bar(x, g.median_ms, yerr=err, capsize=3, color="tab:blue")
-        for i, (name, row) in enumerate(g.iterrows()):
+        for i, (_, row) in enumerate(g.iterrows()):
             if pd.notna(row.speedup_vs_padded):
                 ax.annotate(f"{row.speedup_vs_padded:.2f}x", (i, row.median_ms),
                             ha="center", va="bottom", fontsize=8, xytext=(0, 4),
@@ -187,7 +185,8 @@ def bars_figure(table: pd.DataFrame, out: Path, title: str, order: list[str] | N
     return save_figure(fig, out)
 
 
-def mha_figure(table: pd.DataFrame, claims: pd.DataFrame, out: Path) -> list[Path]:
+def speedup_over_padded_mha(table: pd.DataFrame, claims: pd.DataFrame, out: Path
+                             ) -> list[Path]:
     """Speedup over the padded unfused MHA per batch size vs max length, beside the attention
     FLOP bound and the paper's fused-MHA claim."""
     ok = table[table.status == "ok"]
@@ -197,7 +196,7 @@ def mha_figure(table: pd.DataFrame, claims: pd.DataFrame, out: Path) -> list[Pat
                              squeeze=False, constrained_layout=True)
     for ax, b in zip(axes[0], batch_sizes):
         here = ok[ok.batch_size == b]
-        for name, g in here[here.baseline != "padded-unfused"].groupby("baseline"):
+        for name, g in here[here.system != "padded-unfused"].groupby("system"):
             g = g.sort_values("max_seq_len")
             ax.plot(g.max_seq_len, g.speedup_vs_padded, marker="o", label=name)
             ax.fill_between(g.max_seq_len, g.speedup_ci_low, g.speedup_ci_high, alpha=0.2)
@@ -215,52 +214,35 @@ def mha_figure(table: pd.DataFrame, claims: pd.DataFrame, out: Path) -> list[Pat
     return save_figure(fig, out)
 
 
-def save_figure(fig, out: Path) -> list[Path]:
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    paths = [out.with_suffix(".png"), out.with_suffix(".svg")]
-    fig.savefig(paths[0], dpi=110)
-    fig.savefig(paths[1])
-    plt.close(fig)
-    return paths
+# ---- the figure functions the experiment registry names: (FigureData, out) -> [png, svg]
+
+def varlen_figure(data: FigureData, out: Path) -> list[Path]:
+    return latency_figure(data.table, data.paper_table("latency"), out, data.peak)
 
 
-def experiment_figure(experiment: str, table: pd.DataFrame, paper: pd.DataFrame | None,
-                      claims: pd.DataFrame | None, out: Path, *,
-                      curves: pd.DataFrame | None = None,
-                      peak: dict | None = None) -> list[Path]:
-    """The figure of one experiment's tidy table (and, for the loss experiments, its curves)."""
-    from reference_impl import LADDER
+def fixed_figure(data: FigureData, out: Path) -> list[Path]:
+    return bars_figure(data.table, out, "Every sequence at max length: no padding to skip")
 
-    if experiment in ("vwn_scaling", "pma_merging"):
-        from suite.analysis import pretrain_plots
-        from suite.env import REPO_ROOT
 
-        if curves is None:
-            raise ValueError(f"{experiment}: the figure needs its curves.csv (--curves)")
-        if experiment == "pma_merging":
-            return pretrain_plots.pma_figure(table, curves, out)
-        headline = pd.read_csv(REPO_ROOT / "results/paper/vwn_headline.csv")
-        return pretrain_plots.vwn_figure(table, curves, paper, out, headline=headline)
+def mha_figure(data: FigureData, out: Path) -> list[Path]:
+    return speedup_over_padded_mha(data.table, data.paper_table("claims"), out)
 
-    if experiment.startswith("llm_"):
-        from suite.analysis.llm_plots import llm_figure
 
-        return llm_figure(experiment, table, paper, out)
-    if experiment == "bert_varlen":
-        return latency_figure(table, paper, out, peak)
-    if experiment == "bert_fixed":
-        return bars_figure(table, out, "Every sequence at max length: no padding to skip")
-    if experiment == "bert_mha":
-        return mha_figure(table, claims, out)
-    if experiment == "bert_ablation":
-        names = [f"ladder-{i}" for i in range(len(LADDER))]
-        return bars_figure(table, out, "Ablation: the paper's optimizations, one by one", names,
-                           {n: step for n, (step, _) in zip(names, LADDER)})
-    if experiment == "bert_variants":
-        return bars_figure(table, out, "BERT variants: padded HF vs padding-free reference",
-                           ["torch-eager", "reference"])
-    if experiment == "bert_fused_ops":
-        return bars_figure(table, out, "Fused epilogues vs their unfused torch form",
-                           ["unfused", "fused"])
-    raise ValueError(f"no figure for experiment {experiment!r}")
+def ablation_figure(data: FigureData, out: Path) -> list[Path]:
+    """Bars in ladder order, labelled with each step's name from the table."""
+    ok = data.table[data.table.status == "ok"]
+    steps = (ok.drop_duplicates("system").set_index("system").step
+             if "step" in ok else pd.Series(dtype=str))
+    order = sorted(steps.index, key=lambda n: int(n.rpartition("-")[2]))
+    return bars_figure(data.table, out, "Ablation: the paper's optimizations, one by one", order,
+                       {n: str(steps[n]) for n in order})
+
+
+def variants_figure(data: FigureData, out: Path) -> list[Path]:
+    return bars_figure(data.table, out, "BERT variants: padded HF vs padding-free reference",
+                       ["torch-eager", "reference"])
+
+
+def fused_ops_figure(data: FigureData, out: Path) -> list[Path]:
+    return bars_figure(data.table, out, "Fused epilogues vs their unfused torch form",
+                       ["unfused", "fused"])

@@ -80,7 +80,7 @@ def grid(runs: list[tuple[Path, Record]]) -> pd.DataFrame:
                          "gain": gain["mean"], "gain_ci_low": gain["ci_low"],
                          "gain_ci_high": gain["ci_high"], "status": "ok", **meta})
     bad = [{"experiment": rec.experiment, "label": "gpt", "seed": rec.point.get("seed"),
-            "baseline": f"gpt seed {rec.point.get('seed')}",
+            "system": f"gpt seed {rec.point.get('seed')}",
             "status": rec.status.value, "reason": rec.reason, "record": str(path),
             "machine": rec.env.get("machine"), "config_hash": rec.config_hash}
            for path, rec in runs if rec.status.value != "ok"]
@@ -176,6 +176,12 @@ def claims(runs: list[tuple[Path, Record]], headline: pd.DataFrame) -> pd.DataFr
                            f"{paper.get('best interval V (1.3B/13B MoE)', '?')} at 1.3B/13B", "",
                            "needs several model sizes; one size is run here"))
     return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
+
+
+def table_step(paths: Iterable[str | Path], paper: dict[str, pd.DataFrame]
+               ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The registry's table builder: the paper CSVs by role (headline)."""
+    return analyze(paths, paper["headline"])
 
 
 def analyze(paths: Iterable[str | Path], headline: pd.DataFrame

@@ -6,16 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.lines import Line2D  # noqa: E402
-
-from suite.analysis.plots import save_figure  # noqa: E402
+from suite.analysis.figure_io import FigureData, plt, save_figure  # plt: the Agg backend set
 
 SLOPE_CLAIM = "log-linear fit slope per log2(r)"  # the vwn_headline.csv row of Fig. 8's slope
 EARLY = 0.4  # evaluations before this fraction of T do not set the zoomed y-range
@@ -112,10 +108,13 @@ def build_vwn_figure(table: pd.DataFrame, curves: pd.DataFrame, paper: pd.DataFr
     return fig
 
 
-def vwn_figure(table: pd.DataFrame, curves: pd.DataFrame, paper: pd.DataFrame | None, out: Path,
-               *, headline: pd.DataFrame | None = None) -> list[Path]:
-    """Writes ``out.png`` and ``out.svg`` of the VWN figure."""
-    return save_figure(build_vwn_figure(table, curves, paper, headline), out)
+def vwn_figure(data: FigureData, out: Path) -> list[Path]:
+    """Writes ``out.png`` and ``out.svg`` of the VWN figure (curves and the paper's Table 1 and
+    headline numbers from ``data``)."""
+    if data.curves is None:
+        raise ValueError("vwn_scaling: the figure needs its curves.csv (--curves)")
+    return save_figure(build_vwn_figure(data.table, data.curves, data.paper.get("table1"),
+                                        data.paper.get("headline")), out)
 
 
 def _vwn_loss_panel(ax, c: pd.DataFrame, widest, T: float, metric: str) -> None:
@@ -254,9 +253,11 @@ def build_pma_figure(table: pd.DataFrame, curves: pd.DataFrame) -> Figure:
     return fig
 
 
-def pma_figure(table: pd.DataFrame, curves: pd.DataFrame, out: Path) -> list[Path]:
+def pma_figure(data: FigureData, out: Path) -> list[Path]:
     """Writes ``out.png`` and ``out.svg`` of the PMA figure."""
-    return save_figure(build_pma_figure(table, curves), out)
+    if data.curves is None:
+        raise ValueError("pma_merging: the figure needs its curves.csv (--curves)")
+    return save_figure(build_pma_figure(data.table, data.curves), out)
 
 
 def _pick(frame: pd.DataFrame) -> tuple[pd.DataFrame, str]:

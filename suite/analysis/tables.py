@@ -25,7 +25,7 @@ def record_row(rec: Record, path: Path | None = None) -> dict:
           if k in stats}
     d, c, w = rec.derived, rec.correctness, rec.workload
     return {
-        "experiment": rec.experiment, "baseline": rec.baseline, **rec.point,
+        "experiment": rec.experiment, "system": rec.system, **rec.point,
         "subject": rec.point.get("model") or rec.point.get("op") or rec.point.get("subject"),
         "status": rec.status.value, "reason": rec.reason,
         "machine": rec.env.get("machine"), "config_hash": rec.config_hash,
@@ -75,7 +75,7 @@ def tidy_table(paths: Iterable[str | Path], padded_baseline: str = "torch-eager"
     # How much of what removing padding can save was realized: a padding-free system's figure.
     saved = 100 * df["speedup_vs_padded"] / df["gemm_flop_bound"]
     df["pct_of_gemm_bound"] = saved.where(df["padding_free"] == True)  # noqa: E712 (may be NaN)
-    return df.sort_values(["experiment", "batch_size", "max_seq_len", "baseline"],
+    return df.sort_values(["experiment", "batch_size", "max_seq_len", "system"],
                           ignore_index=True)
 
 
@@ -83,7 +83,7 @@ def _add_speedups(df: pd.DataFrame, samples: dict, padded_baseline: str) -> pd.D
     """speedup = padded baseline latency / this latency, with a bootstrap CI, per point. The
     padded baseline's own rows get 1 without a CI; rows without an ok baseline get nothing."""
     by_point = {tuple(r[k] for k in POINT_KEYS): r for _, r in
-                df[(df.baseline == padded_baseline) & (df.status == "ok")].iterrows()}
+                df[(df.system == padded_baseline) & (df.status == "ok")].iterrows()}
     speedups = []
     for _, row in df.iterrows():
         base = by_point.get(tuple(row[k] for k in POINT_KEYS))

@@ -33,7 +33,7 @@ def read_runs(paths: Iterable[str | Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
         rec = read_record(path)
         d, p, t = rec.derived, rec.point, rec.timing
         cost = d.get("cost", {})
-        row = {"experiment": rec.experiment, "label": rec.baseline, "m": p.get("m"),
+        row = {"experiment": rec.experiment, "label": rec.system, "m": p.get("m"),
                "n": p.get("n"), "r": (p["n"] / p["m"]) if p.get("m") else None,
                "seed": p.get("seed"), "series": p.get("series"), "status": rec.status.value,
                "reason": rec.reason, "n_params": p.get("n_params"),
@@ -46,7 +46,7 @@ def read_runs(paths: Iterable[str | Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
                "git_commit": rec.env.get("git", {}).get("commit"), "record": str(path)}
         rows.append(row)
         for point in d.get("curve", []):
-            curve_rows.append({"label": rec.baseline, "m": row["m"], "n": row["n"],
+            curve_rows.append({"label": rec.system, "m": row["m"], "n": row["n"],
                                "r": row["r"], "seed": row["seed"], "series": row["series"],
                                **point})
     return pd.DataFrame(rows), pd.DataFrame(curve_rows)
@@ -136,7 +136,7 @@ def summary(runs: pd.DataFrame, curves: pd.DataFrame) -> pd.DataFrame:
     bad = runs[runs.status != "ok"][["experiment", "label", "m", "n", "seed", "series", "status",
                                      "reason", "machine", "config_hash", "git_commit",
                                      "record"]]
-    bad = bad.assign(baseline=bad.label + " seed " + bad.seed.astype(str))
+    bad = bad.assign(system=bad.label + " seed " + bad.seed.astype(str))
     return pd.concat([table, bad], ignore_index=True)
 
 
@@ -196,6 +196,12 @@ def claims(curves: pd.DataFrame, T: int | None, headline: pd.DataFrame,
                       (both.gap_next_2_token - both.gap_next_token).tolist(), sign=1,
                       unit="nats (difference of drops)", note="Table 1 at r = 8"))
     return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
+
+
+def table_step(paths: Iterable[str | Path], paper: dict[str, pd.DataFrame]
+               ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The registry's table builder: the paper CSVs by role (headline, table1)."""
+    return analyze(paths, paper["headline"], paper["table1"])
 
 
 def analyze(paths: Iterable[str | Path], headline: pd.DataFrame, table1: pd.DataFrame

@@ -14,12 +14,10 @@ from typing import Any, ClassVar
 
 import torch
 
+from suite.records import Unavailable  # defined torch-free there; re-exported for plugins
 from suite.workloads import BertBatch
 
-
-class Unavailable(RuntimeError):
-    """Raised by a baseline (or the runner) when a point cannot run on this machine: a record of
-    status ``unavailable`` with the message as its reason, not a failure."""
+__all__ = ["Baseline", "Supports", "Unavailable"]
 
 
 @dataclass(frozen=True)
@@ -62,7 +60,9 @@ class Baseline(ABC):
         (a tensor or array). Must not return before the computation has finished."""
 
     def set_timing(self, policy: dict[str, Any]) -> None:
-        """For ``times_itself`` baselines: the timing policy to apply (before the first run)."""
+        """For ``times_itself`` baselines: the timing policy to apply (before the first run).
+        The others time from outside and ignore it."""
+        return None
 
     def reported_samples(self) -> list[float] | None:
         """For ``times_itself`` baselines: seconds per call, measured by the system itself in

@@ -30,11 +30,10 @@ from typing import Any
 import torch
 
 from suite.baselines.torch_hf import TorchEager
+from suite.devices import DTYPE_NAMES, torch_dtype
 from suite.models import hf_inputs
 from suite.workloads import BertBatch
 
-DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
-NAME_DTYPES = {v: k for k, v in DTYPE_NAMES.items()}
 
 
 def _free_port() -> int:
@@ -84,7 +83,7 @@ class DeepSpeedInference(TorchEager):
         if not ok:
             return ok, why
         accel = _accelerator_for(device)
-        if NAME_DTYPES[dtype] not in accel.supported_dtypes():
+        if torch_dtype(dtype) not in accel.supported_dtypes():
             have = [DTYPE_NAMES.get(d, str(d)) for d in accel.supported_dtypes()]
             return False, (f"DeepSpeed's {accel.device_name()} accelerator does not support "
                            f"{dtype} here (supports {have})")

@@ -35,12 +35,12 @@ import numpy as np
 import torch
 
 from suite.baselines.base import Baseline, Unavailable
+from suite.baselines.external_build import BUILD_ROOT, STAMP
+from suite.devices import dtype_name
 from suite.workloads import BertBatch
 
 PROTOCOL = "seedbench-external/1"
 PREFIX = "external-"
-BUILD_ROOT = Path("build") / "external"
-STAMP = "seedbench-build.json"
 
 
 @dataclass(frozen=True)
@@ -116,8 +116,7 @@ class External(Baseline):
         self.workdir = Path(tempfile.mkdtemp(prefix=f"seedbench-{self.spec.name}-"))
         self.model_dir = self.workdir / "model"
         model.save_pretrained(self.model_dir, safe_serialization=True)
-        self.device, self.dtype = device, {torch.float32: "fp32", torch.float16: "fp16",
-                                           torch.bfloat16: "bf16"}[dtype]
+        self.device, self.dtype = device, dtype_name(dtype)
         self.policy: dict[str, Any] = {"warmup": 1, "min_repeats": 3, "min_time_s": 1.0,
                                        "max_repeats": 1000}
 

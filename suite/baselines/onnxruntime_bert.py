@@ -120,7 +120,8 @@ class OnnxRuntime(Baseline):
         return self.session.run(None, feed)[0]
 
     def details(self) -> dict[str, Any]:
-        return {"onnxruntime": self.version, "opset": OPSET, "provider": PROVIDERS[self.device.type],
+        return {"onnxruntime": self.version, "opset": OPSET,
+                "provider": PROVIDERS[self.device.type],
                 "graph": "transformer-optimizer fused" if self.fusion else "ORT_ENABLE_ALL",
                 "fused_ops": self.fused_ops, "export_s": self.export_s,
                 "session_s": self.session_s}

@@ -12,8 +12,6 @@ outputs are compared on valid tokens with a float64 computation before anything 
 from __future__ import annotations
 
 import math
-import traceback
-from datetime import datetime, timezone
 from typing import Any
 
 import torch
@@ -25,41 +23,41 @@ from reference_impl.packing import pack, pack_info, unpack
 from suite import env as envmod
 from suite.config import BertVarlenConfig
 from suite.correctness import TOLERANCE
-from suite.experiments.bert_varlen import TORCH_DTYPES, Unavailable, resolve_device
+from suite.devices import resolve_device, torch_dtype
+from suite.experiments.bert_names import OPS, SYSTEMS
 from suite.peak.schema import efficiency
-from suite.records import Record, Status
+from suite.records import Record, Status, new_record, outcome
 from suite.stats import summarize
 from suite.timing import measure, timer_name
 from suite.workloads import bert_batch, flop_bounds, varlen_lengths
 
-EXPERIMENTS = ("bert_mha", "bert_fused_ops")
-OPS = {"bert_mha": ("attention",), "bert_fused_ops": ("layernorm", "gemm_gelu")}
-SYSTEMS = {"bert_mha": ("varlen", "padded-unfused", "padded-sdpa"),
-           "bert_fused_ops": ("fused", "unfused")}
 BASELINE_OF = {"bert_mha": "padded-unfused", "bert_fused_ops": "unfused"}
+
+
+def measure_point(cfg: BertVarlenConfig, experiment: str, subject: str | None, system: str,
+                  batch_size: int, max_seq_len: int, peak: dict[str, Any] | None) -> Record:
+    """The registry's runner for the kernel experiments: subject is the operator (default:
+    the experiment's first)."""
+    if experiment not in OPS:
+        raise ValueError(f"experiment {experiment!r} is not one of {sorted(OPS)}")
+    return run_kernel_point(cfg, experiment, subject or OPS[experiment][0], system, batch_size,
+                            max_seq_len, peak)
 
 
 def run_kernel_point(cfg: BertVarlenConfig, experiment: str, op: str, system: str,
                      batch_size: int, max_seq_len: int,
                      peak: dict[str, Any] | None = None) -> Record:
-    if experiment not in EXPERIMENTS:
-        raise ValueError(f"experiment {experiment!r} is not one of {EXPERIMENTS}")
+    if experiment not in OPS:
+        raise ValueError(f"experiment {experiment!r} is not one of {sorted(OPS)}")
     point = {"batch_size": batch_size, "max_seq_len": max_seq_len, "op": op,
              "distribution": cfg.distribution, "seed": cfg.seed, "dtype": cfg.dtype}
-    record = Record(experiment, system, point, cfg.to_dict(), Status.FAILED,
-                    created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-    try:
+    record = new_record(experiment, system, point, cfg.to_dict())
+    with outcome(record):
         if op not in OPS[experiment]:
             raise KeyError(f"{experiment} op {op!r} is not one of {OPS[experiment]}")
         if system not in SYSTEMS[experiment]:
             raise KeyError(f"{experiment} system {system!r} is not one of {SYSTEMS[experiment]}")
         _run(record, cfg, op, system, batch_size, max_seq_len, peak)
-    except Unavailable as e:
-        record.status, record.reason = Status.UNAVAILABLE, str(e)
-    except Exception as e:  # noqa: BLE001 - any error of a run becomes a failed record
-        message = e.args[0] if isinstance(e, KeyError) and e.args else e
-        record.status, record.reason = Status.FAILED, f"{type(e).__name__}: {message}"
-        record.derived["traceback"] = traceback.format_exc(limit=8)
     record.env = envmod.capture()
     return record
 
@@ -69,7 +67,7 @@ def _run(record: Record, cfg: BertVarlenConfig, op: str, system: str, batch_size
     threads = cfg.threads or envmod.usable_cores()
     torch.set_num_threads(threads)
     device = resolve_device(cfg.device)
-    dtype = TORCH_DTYPES[cfg.dtype]
+    dtype = torch_dtype(cfg.dtype)
     lengths = varlen_lengths(batch_size, max_seq_len, cfg.distribution, seed=cfg.seed)
     mask = bert_batch(lengths, max_seq_len, 2, seed=cfg.seed).attention_mask.to(device)
     info = pack_info(mask)

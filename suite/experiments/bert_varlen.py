@@ -17,36 +17,35 @@ from __future__ import annotations
 
 import copy
 import sys
-import traceback
 from dataclasses import asdict
-from datetime import datetime, timezone
 from typing import Any
 
 import torch
 
 from reference_impl import LADDER
 from suite import env as envmod
-from suite.baselines import Baseline, Unavailable, registry
+from suite.baselines import Baseline, Unavailable
 from suite.baselines.external import PREFIX as EXTERNAL_PREFIX, External, spec_from_config
 from suite.baselines.reference import Reference
+from suite.baselines.registry import baselines
 from suite.config import BertVarlenConfig
 from suite.correctness import compare
+from suite.experiments.bert_names import ladder_name
 from suite.mfu import bert_encoder_flops
 from suite.models import KINDS, canonical_model, hf_inputs
+from suite.devices import resolve_device, torch_dtype
+from suite.experiments import registry
 from suite.peak.libraries import observe_gemm_library
 from suite.peak.schema import efficiency
-from suite.records import Record, Status
+from suite.records import Record, Status, new_record, outcome
 from suite.stats import summarize
 from suite.timing import measure, timer_name
 from suite.workloads import BertBatch, bert_batch, flop_bounds, varlen_lengths
 
-EXPERIMENTS = ("bert_varlen", "bert_ablation", "bert_variants", "bert_fixed")
+# the registry's experiments this module runs (the others of the family: bert_kernels)
+EXPERIMENTS = tuple(n for n in registry.names("bert")
+                    if registry.get(n).runner == f"{__name__}:measure_point")
 TASK = "bert-encoder"
-TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-
-
-def ladder_name(step: int) -> str:
-    return f"ladder-{step}"
 
 
 def make_system(experiment: str, baseline: str, cfg: BertVarlenConfig) -> Baseline:
@@ -63,19 +62,11 @@ def make_system(experiment: str, baseline: str, cfg: BertVarlenConfig) -> Baseli
             raise KeyError(f"baseline {baseline!r}: no program {name!r} under "
                            f"bert_varlen.external (configured: {sorted(cfg.external)})")
         return External(spec_from_config(name, cfg.external[name]), timeout_s=cfg.timeout_s)
-    return registry.create(baseline)
+    return baselines.create(baseline)
 
 
 def distribution_of(cfg: BertVarlenConfig, experiment: str) -> str:
     return "fixed" if experiment == "bert_fixed" else cfg.distribution
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise Unavailable("device 'cuda' requested but torch.cuda.is_available() is False")
-    return torch.device(name)
 
 
 def point_dict(cfg: BertVarlenConfig, batch_size: int, max_seq_len: int,
@@ -83,6 +74,13 @@ def point_dict(cfg: BertVarlenConfig, batch_size: int, max_seq_len: int,
     return {"batch_size": batch_size, "max_seq_len": max_seq_len, "model": model_kind,
             "distribution": distribution_of(cfg, experiment), "seed": cfg.seed,
             "dtype": cfg.dtype}
+
+
+def measure_point(cfg: BertVarlenConfig, experiment: str, subject: str | None, system: str,
+                  batch_size: int, max_seq_len: int, peak: dict[str, Any] | None) -> Record:
+    """The registry's runner for the end-to-end experiments: subject is the model family."""
+    return run_point(cfg, system, batch_size, max_seq_len, peak, experiment=experiment,
+                     model_kind=subject or "bert")
 
 
 def run_point(cfg: BertVarlenConfig, baseline: str, batch_size: int, max_seq_len: int,
@@ -97,18 +95,10 @@ def run_point(cfg: BertVarlenConfig, baseline: str, batch_size: int, max_seq_len
     if experiment == "bert_ablation" and baseline.startswith("ladder-"):
         step = int(baseline.removeprefix("ladder-"))
         point["step"] = LADDER[step][0] if 0 <= step < len(LADDER) else "?"
-    record = Record(experiment, baseline, point, cfg.to_dict(), Status.FAILED,
-                    created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-    try:
+    record = new_record(experiment, baseline, point, cfg.to_dict())
+    with outcome(record):
         _run(record, cfg, make_system(experiment, baseline, cfg), batch_size, max_seq_len,
              peak, show_progress, model_kind)
-    except Unavailable as e:
-        record.status, record.reason = Status.UNAVAILABLE, str(e)
-    except Exception as e:  # noqa: BLE001 - any error of a run becomes a failed record
-        record.status = Status.FAILED
-        message = e.args[0] if isinstance(e, KeyError) and e.args else e  # no repr quotes
-        record.reason = f"{type(e).__name__}: {message}"
-        record.derived["traceback"] = traceback.format_exc(limit=8)
     record.env = envmod.capture()
     return record
 
@@ -132,7 +122,7 @@ def _run(record: Record, cfg: BertVarlenConfig, system: Baseline, batch_size: in
 
     model = canonical_model(model_kind, cfg.model, cfg.max_len, seed=cfg.seed)
     reference = _reference_output(model, batch, device)
-    system.prepare(model, device, TORCH_DTYPES[cfg.dtype])
+    system.prepare(model, device, torch_dtype(cfg.dtype))
     if system.times_itself:
         system.set_timing(cfg.timing.as_dict())
     dev_batch = batch.to(device)
@@ -143,10 +133,10 @@ def _run(record: Record, cfg: BertVarlenConfig, system: Baseline, batch_size: in
         record.status, record.reason = Status.INCORRECT, check["reason"]
         return
 
-    label = f"{record.baseline} {model_kind} b={batch_size} L={max_seq_len}"
+    label = f"{record.system} {model_kind} b={batch_size} L={max_seq_len}"
     progress = _progress_printer(label) if show_progress else None
     if system.times_itself:  # the gate's invocation also timed itself
-        samples, timer = system.reported_samples(), f"reported by {record.baseline}"
+        samples, timer = system.reported_samples(), f"reported by {record.system}"
     else:
         samples = measure(lambda: system.run(dev_batch), device, cfg.timing, progress)
         timer = timer_name(device)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from suite.config import ConfigError, validate
-from suite.experiments.llm_train import MODEL_KEYS  # GPTConfig's fields: model, not train
+from suite.trainers.config import MODEL_KEYS  # GPTConfig's fields: model, not train
 
 # MegaScale's ablation (Table 3) as switches of this suite, in the order. Each step keeps
 # the previous ones. ``paper_steps``: Table 3 rows whose techniques this step corresponds to (the
@@ -25,7 +25,6 @@ ABLATION: list[tuple[str, str, tuple[int, ...]]] = [
     ("overlap", "+ communication overlap", (3, 4, 5)),
     ("lamb", "+ LAMB, larger batch", (8,)),
 ]
-EXPERIMENTS = ("llm_mfu", "llm_engines", "llm_ablation", "llm_loss")
 SINGLE = "single"  # the one-process trainer: runs with nprocs 1
 
 
@@ -35,7 +34,7 @@ class LlmJob:
     label: str  # a model size, an ablation step, an optimizer setting
     trainer: str
     nprocs: int
-    train: dict[str, Any]  # a complete suite.experiments.llm_train.TrainConfig section
+    train: dict[str, Any]  # a complete suite.trainers.config.TrainConfig section
     check_steps: int = 3  # steps gated against the single-process reference before timing
 
     def path(self, results: str) -> str:

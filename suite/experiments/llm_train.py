@@ -51,35 +51,32 @@ import json
 import math
 import os
 import resource
-import shutil
 import socket
 import sys
 import time
-import traceback
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from reference_impl.gpt import GPT, GPTConfig
+from reference_impl.gpt import GPT
 from suite import env as envmod
 from suite import steplog as sl
-from suite.config import ConfigError
-from suite.mfu import FlopCount, MfuFigure, TransformerShape, count_flops, mfu_figure
+from suite.devices import resolve_device
+from suite.launch import MODULE
+from suite.mfu import FlopCount, MfuFigure, mfu_figure
 from suite.peak.schema import describe, efficiency, read_peak
-from suite.records import Record, Status, write_record
+from suite.records import (Record, Status, Unavailable, failed_record, new_record, outcome,
+                           write_record)
 from suite.stats import summarize
-from suite.trainers import create as create_trainer
-from suite.trainers.base import OPTIMIZERS, DistInfo, StepResult, Trainer, env_rank
+from suite.trainers import registry as trainers
+from suite.trainers.base import DistInfo, StepResult, Trainer, env_rank
+from suite.trainers.config import TrainConfig
 
 EXPERIMENT = "llm_train"
-MODULE = "suite.experiments.llm_train"
-DTYPES = ("fp32", "bf16")
-DATA = ("synthetic", "text")
-DEVICES = ("auto", "cpu", "cuda")
 DEFAULT_CHECK_STEPS = 3
 # Relative tolerances of the correctness gate against the fp32 single-process reference.
 # fp32: engines differ from the reference only in summation order (gradient all-reduce, sharded
@@ -93,131 +90,6 @@ DEFAULT_CHECK_STEPS = 3
 # shows only in the pre-clip norm.
 TOLERANCE = {"fp32": 1e-4, "bf16": 1e-2}
 GRAD_NORM_TOLERANCE = {"fp32": 1e-3, "bf16": 5e-2}
-# GPTConfig fields a section may set; dropout is left out: each rank would draw its own masks,
-# and no engine could match the single-process reference.
-MODEL_KEYS = tuple(f.name for f in dataclasses.fields(GPTConfig) if f.name != "dropout")
-DEFAULT_MODEL = {"n_layer": 4, "n_embd": 256, "n_head": 4, "vocab_size": 256}
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """The ``llm_train`` config section. ``model`` holds GPTConfig fields; ``block_size``
-    defaults to ``seq_len``. ``global_batch`` is sequences per optimizer step over all ranks;
-    ``steps`` counts the logged steps including ``warmup_steps``. ``threads`` per rank, 0 = the
-    usable cores // world size. The learning rate is constant (no schedule)."""
-    model: GPTConfig = field(default_factory=lambda: GPTConfig(**DEFAULT_MODEL, block_size=256))
-    seq_len: int = 256
-    global_batch: int = 8
-    optimizer: str = "adamw"
-    lr: float = 1e-3
-    weight_decay: float = 0.1
-    betas: tuple[float, float] = (0.9, 0.95)
-    grad_clip: float = 1.0  # 0 = no clipping (the norm is still logged)
-    steps: int = 20
-    warmup_steps: int = 5
-    dtype: str = "fp32"
-    data: str = "synthetic"
-    seed: int = 0
-    compile: bool = False
-    ddp_overlap: bool = True  # ddp: all-reduce overlapping backward, or after it
-    bucket_cap_mb: float = 25.0  # ddp bucket size (both overlap modes)
-    threads: int = 0
-    device: str = "auto"
-    timeout_s: float = 600.0  # collective timeout: how long a rank waits for a failed peer
-    eval_batches: int = 0  # held-out batches evaluated after training (text: the held-out split)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
-        if not isinstance(d, dict):
-            raise ConfigError(f"llm_train section must be a mapping, got {type(d).__name__}")
-        valid = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(d) - set(valid))
-        if unknown:
-            raise ConfigError(f"llm_train: unknown key(s) {unknown}; valid: {valid}")
-        kw = dict(d)
-        model = dict(DEFAULT_MODEL, **kw.pop("model", {}) or {})
-        bad = sorted(set(model) - set(MODEL_KEYS))
-        if bad:
-            raise ConfigError(f"llm_train.model: unknown key(s) {bad}; valid: {list(MODEL_KEYS)}")
-        seq_len = kw.get("seq_len", cls.seq_len)
-        _positive_int("seq_len", seq_len)
-        model.setdefault("block_size", seq_len)
-        try:
-            kw["model"] = GPTConfig(**model)
-        except (ValueError, TypeError) as e:
-            raise ConfigError(f"llm_train.model: {e}") from None
-        if "betas" in kw:
-            betas = kw["betas"]
-            if (not isinstance(betas, (list, tuple)) or len(betas) != 2
-                    or not all(_is_real(b) and 0 <= b < 1 for b in betas)):
-                raise ConfigError(f"llm_train.betas={betas!r} must be two numbers in [0, 1)")
-            kw["betas"] = (float(betas[0]), float(betas[1]))
-        return cls(**kw)
-
-    def __post_init__(self) -> None:
-        for name in ("seq_len", "global_batch", "steps"):
-            _positive_int(name, getattr(self, name))
-        for name in ("warmup_steps", "seed", "threads", "eval_batches"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ConfigError(f"llm_train.{name}={value!r} must be an int >= 0")
-        if self.warmup_steps >= self.steps:
-            raise ConfigError(f"llm_train.warmup_steps={self.warmup_steps} must be < "
-                              f"steps={self.steps}: no step would be measured")
-        for name, value, choices in (("optimizer", self.optimizer, OPTIMIZERS),
-                                     ("dtype", self.dtype, DTYPES), ("data", self.data, DATA),
-                                     ("device", self.device, DEVICES)):
-            if value not in choices:
-                raise ConfigError(f"llm_train.{name}={value!r} is not one of {list(choices)}")
-        for name in ("lr", "bucket_cap_mb", "timeout_s"):
-            value = getattr(self, name)
-            if not _is_real(value) or not math.isfinite(value) or value <= 0:
-                raise ConfigError(f"llm_train.{name}={value!r} must be a positive number")
-        for name in ("weight_decay", "grad_clip"):
-            value = getattr(self, name)
-            if not _is_real(value) or not math.isfinite(value) or value < 0:
-                raise ConfigError(f"llm_train.{name}={value!r} must be a number >= 0")
-        for name in ("compile", "ddp_overlap"):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(f"llm_train.{name}={getattr(self, name)!r} must be true or "
-                                  f"false")
-        if self.seq_len > self.model.block_size:
-            raise ConfigError(f"llm_train.seq_len={self.seq_len} exceeds "
-                              f"model.block_size={self.model.block_size}")
-        if self.data == "text" and self.model.vocab_size < 256:
-            raise ConfigError(f"llm_train.data='text' is byte-tokenized (ids 0..255) but "
-                              f"model.vocab_size={self.model.vocab_size} < 256")
-
-    def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["model"] = {k: v for k, v in dataclasses.asdict(self.model).items() if k in MODEL_KEYS}
-        d["betas"] = list(self.betas)
-        return d
-
-    def shape(self) -> TransformerShape:
-        m = self.model
-        return TransformerShape(layers=m.layers, hidden=m.width, heads=m.heads,
-                                kv_heads=m.kv_heads, head_dim=m.head_dim,
-                                ffn_hidden=m.ffn_hidden, mlp=m.mlp, vocab=m.vocab,
-                                seq_len=self.seq_len, sliding_window=m.sliding_window,
-                                tied_embeddings=m.tied)
-
-    def flops(self) -> FlopCount:
-        return count_flops(self.shape(), causal_halving=False, include_embeddings=True,
-                           recompute=self.model.checkpointing)
-
-    def size_label(self) -> str:
-        m = self.model
-        return f"gpt-{m.n_layer}L-{m.n_embd}d-{m.n_head}h"
-
-
-def _is_real(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _positive_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"llm_train.{name}={value!r} must be a positive int")
 
 
 # ----------------------------------------------------------------------------- data
@@ -256,16 +128,6 @@ def rank_slice(batch: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
 
 
 # ----------------------------------------------------------------------------- distributed
-
-
-def resolve_device(name: str, local_rank: int) -> torch.device:
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda":
-        if not torch.cuda.is_available():
-            raise RuntimeError("device 'cuda' requested but torch.cuda.is_available() is False")
-        return torch.device("cuda", local_rank % torch.cuda.device_count())
-    return torch.device("cpu")
 
 
 def init_distributed(cfg: TrainConfig, trainer: Trainer) -> tuple[DistInfo, bool, list[str]]:
@@ -451,7 +313,8 @@ def error_path(out: str | os.PathLike, rank: int) -> Path:
 def run_training(section: dict[str, Any] | TrainConfig, trainer: str | Trainer,
                  steplog: str | os.PathLike, *, peak: dict[str, Any] | None = None,
                  check_steps: int = DEFAULT_CHECK_STEPS, experiment: str = EXPERIMENT,
-                 out: str | os.PathLike | None = None) -> Record | None:
+                 out: str | os.PathLike | None = None, label: str | None = None
+                 ) -> Record | None:
     """Run on this rank; rank 0 returns the record (any status), other ranks None.
 
     ``trainer`` is a registered name or an instance (tests pass unregistered ones). ``out`` is
@@ -460,29 +323,28 @@ def run_training(section: dict[str, Any] | TrainConfig, trainer: str | Trainer,
     rank = env_rank()[0]
     name = trainer if isinstance(trainer, str) else trainer.name
     raw = section.to_dict() if isinstance(section, TrainConfig) else section
-    record = Record(experiment, name, {}, raw, Status.FAILED,
-                    created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    # the run's name in its experiment (a size, an ablation step): the record carries it, so
+    # no later stage has to read it off a path
+    record = new_record(experiment, name, {} if label is None else {"label": label}, raw)
     dist: DistInfo | None = None
     owns_group, env_set = False, []
     engine: Trainer | None = None
     try:
-        cfg = section if isinstance(section, TrainConfig) else TrainConfig.from_dict(section)
-        record.config = cfg.to_dict()
-        if isinstance(check_steps, bool) or not isinstance(check_steps, int) or check_steps < 0:
-            raise ValueError(f"check_steps={check_steps!r} must be an int >= 0")
-        engine = create_trainer(trainer) if isinstance(trainer, str) else trainer
-        ok, why = engine.available()
-        if not ok:
-            record.status, record.reason = Status.UNAVAILABLE, why
-        else:
+        with outcome(record, traceback_limit=12):
+            cfg = section if isinstance(section, TrainConfig) else TrainConfig.from_dict(section)
+            record.config = cfg.to_dict()
+            if (isinstance(check_steps, bool) or not isinstance(check_steps, int)
+                    or check_steps < 0):
+                raise ValueError(f"check_steps={check_steps!r} must be an int >= 0")
+            engine = trainers.create(trainer) if isinstance(trainer, str) else trainer
+            ok, why = engine.available()
+            if not ok:
+                raise Unavailable(why)
             dist, owns_group, env_set = init_distributed(cfg, engine)
             rank = dist.rank
             _train(record, cfg, engine, dist, steplog, peak, check_steps)
-    except Exception as e:  # noqa: BLE001 - any error of a run becomes a failed record
-        message = e.args[0] if isinstance(e, KeyError) and e.args else e
-        record.status, record.reason = Status.FAILED, f"{type(e).__name__}: {message}"
-        record.derived["traceback"] = traceback.format_exc(limit=12)
-        if rank != 0 and out is not None:
+        raised = record.status == Status.FAILED and "traceback" in record.derived
+        if raised and rank != 0 and out is not None:  # rank 0 collects these into its record
             path = error_path(out, rank)
             path.write_text(f"rank {rank}: {record.reason}\n{record.derived['traceback']}")
             print(f"[rank {rank}] failed: {record.reason} (reason in {path})", file=sys.stderr)
@@ -519,7 +381,7 @@ def _train(record: Record, cfg: TrainConfig, engine: Trainer, dist: DistInfo,
     threads = cfg.threads or max(1, envmod.usable_cores() // world)
     torch.set_num_threads(threads)
     flops = cfg.flops()
-    record.point = {"model": cfg.size_label(), "seq_len": cfg.seq_len,
+    record.point = {**record.point, "model": cfg.size_label(), "seq_len": cfg.seq_len,
                     "global_batch": cfg.global_batch, "world_size": world, "dtype": cfg.dtype,
                     "trainer": engine.name, "data": cfg.data}
     tokens_per_step = cfg.global_batch * cfg.seq_len
@@ -643,83 +505,6 @@ def _train(record: Record, cfg: TrainConfig, engine: Trainer, dist: DistInfo,
     record.status = Status.OK
 
 
-# ----------------------------------------------------------------------------- launching
-
-
-def _script(name: str, python: str) -> str | None:
-    """A console script next to the interpreter (the venv's), else on PATH."""
-    sibling = Path(python).with_name(name)
-    return str(sibling) if sibling.exists() else shutil.which(name)
-
-
-def command(trainer: str | Trainer, nprocs: int, args: Sequence[str], *, nnodes: int = 1,
-            node_rank: int | None = None, rdzv_endpoint: str | None = None,
-            rdzv_id: str = "seedbench", hostfile: str | None = None,
-            launcher: str | None = None, python: str = sys.executable) -> list[str]:
-    """The command line that starts ``nprocs`` ranks per node of this module with ``args``.
-
-    ``launcher`` defaults to the engine's own (``Trainer.launcher``):
-
-    - ``single``: ``python -m suite.experiments.llm_train ARGS`` (nprocs 1, one node).
-    - ``torchrun``: ``torchrun --standalone --nproc-per-node N -m ...`` on one node. Multi-node:
-      ``--nnodes M --nproc-per-node N --rdzv-backend c10d --rdzv-endpoint HOST:PORT --rdzv-id ID
-      [--node-rank R]``, the same command on every node; ``rdzv_endpoint`` is a host:port every
-      node reaches (usually node 0), ``node_rank`` may be left to the rendezvous.
-    - ``deepspeed`` (the ZeRO engines): ``deepspeed --num_gpus N --num_nodes M --no_local_rank
-      --module ...``; multi-node adds ``--hostfile H --master_addr HOST --master_port PORT``
-      (from ``rdzv_endpoint``), and DeepSpeed's runner starts the other nodes itself over ssh,
-      so this command runs on node 0 only. ``--no_local_rank``: the rank comes from the
-      environment, not a ``--local_rank`` argument. Tested on CPU too (gloo; ``--num_gpus``
-      then just counts processes). ``launcher="torchrun"`` also works for the ZeRO engines:
-      they only need the process group, which the run builds from either launcher's
-      environment.
-    """
-    engine = create_trainer(trainer) if isinstance(trainer, str) else trainer
-    for label, value in (("nprocs", nprocs), ("nnodes", nnodes)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{label}={value!r} must be a positive int")
-    launcher = launcher or engine.launcher
-    args = [str(a) for a in args]
-    if (launcher == "single") != (engine.launcher == "single"):
-        raise ValueError(f"trainer {engine.name!r} (launcher {engine.launcher!r}) cannot run "
-                         f"under launcher={launcher!r}")
-    if launcher == "single":
-        if nprocs != 1 or nnodes != 1:
-            raise ValueError(f"trainer {engine.name!r} runs one process; nprocs={nprocs}, "
-                             f"nnodes={nnodes} (use ddp, fsdp2 or zero* for several)")
-        return [python, "-m", MODULE, *args]
-    if nnodes > 1 and not rdzv_endpoint:
-        raise ValueError(f"nnodes={nnodes} needs rdzv_endpoint='HOST:PORT' (a host every node "
-                         f"reaches, e.g. node 0)")
-    if launcher == "deepspeed":
-        ds = _script("deepspeed", python)
-        if ds is None:
-            raise FileNotFoundError("the deepspeed launcher is not installed (pip install "
-                                    "deepspeed)")
-        cmd = [ds, "--num_gpus", str(nprocs), "--num_nodes", str(nnodes)]
-        if nnodes > 1:
-            if not hostfile:
-                raise ValueError(f"deepspeed with nnodes={nnodes} needs a hostfile "
-                                 f"('host slots=N' per line)")
-            host, _, port = rdzv_endpoint.rpartition(":")
-            cmd += ["--hostfile", hostfile, "--master_addr", host, "--master_port", port]
-        return [*cmd, "--no_local_rank", "--module", MODULE, *args]
-    if launcher != "torchrun":
-        raise ValueError(f"launcher={launcher!r} is not one of ['torchrun', 'deepspeed', "
-                         f"'single']")
-    runner = _script("torchrun", python)
-    cmd = [runner] if runner else [python, "-m", "torch.distributed.run"]
-    if nnodes == 1 and not rdzv_endpoint:
-        cmd += ["--standalone", "--nproc-per-node", str(nprocs)]
-    else:
-        cmd += ["--nnodes", str(nnodes), "--nproc-per-node", str(nprocs),
-                "--rdzv-backend", "c10d", "--rdzv-endpoint", rdzv_endpoint,
-                "--rdzv-id", rdzv_id]
-        if node_rank is not None:
-            cmd += ["--node-rank", str(node_rank)]
-    return [*cmd, "-m", MODULE, *args]
-
-
 # ----------------------------------------------------------------------------- CLI
 
 
@@ -733,6 +518,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--check-steps", type=int, default=DEFAULT_CHECK_STEPS,
                    help="steps compared with the single-process reference (0 = no gate)")
     p.add_argument("--experiment", default=EXPERIMENT, help="experiment name in the record")
+    p.add_argument("--label", help="the run's name in its experiment (point.label)")
     args = p.parse_args(argv)
     rank = env_rank()[0]
     if rank == 0:
@@ -746,13 +532,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if rank != 0:
             return 0
         section = {"_unparsed": args.section_json}
-        record = Record(args.experiment, args.trainer, {}, section, Status.FAILED,
-                        f"{type(e).__name__}: {e}", env=envmod.capture(torch_info=False),
-                        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        record = failed_record(args.experiment, args.trainer,
+                               {} if args.label is None else {"label": args.label}, section,
+                               f"{type(e).__name__}: {e}")
     else:
         record = run_training(section, args.trainer, args.steplog, peak=peak,
                               check_steps=args.check_steps, experiment=args.experiment,
-                              out=args.out)
+                              out=args.out, label=args.label)
     if record is None:  # not rank 0
         return 0
     write_record(record, args.out)

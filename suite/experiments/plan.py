@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from reference_impl import LADDER
+from reference_impl.switches import LADDER
 from suite.config import BertVarlenConfig
-from suite.experiments.bert_kernels import OPS, SYSTEMS
-from suite.experiments.bert_varlen import ladder_name
+from suite.experiments.bert_names import OPS, SYSTEMS, ladder_name
 
 VARIANT_SYSTEMS = ("torch-eager", "reference")
 

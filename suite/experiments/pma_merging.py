@@ -28,65 +28,16 @@ the analysis (``suite.analysis.pma_analysis``) takes means and CIs over them.
 from __future__ import annotations
 
 import shutil
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from reference_impl.merging import merge_checkpoints
 from reference_impl.schedules import make_schedule
 from suite import env as envmod
-from suite.config import ConfigError
 from suite.experiments import pretrain
-from suite.records import Record, Status
-
-EXPERIMENT = "pma_merging"
-METHOD_NAMES = ("sma", "wma", "ema")
-
-
-def parse_method(spec: str) -> tuple[str, float]:
-    """``"sma"``, ``"wma"`` or ``"ema:ALPHA"`` -> (method, alpha); alpha is EMA's (0.2 unused
-    otherwise)."""
-    name, _, alpha = spec.partition(":")
-    if name not in METHOD_NAMES or (name == "ema") != bool(alpha):
-        raise ConfigError(f"pma.methods: {spec!r} is not 'sma', 'wma' or 'ema:ALPHA' "
-                          f"(e.g. 'ema:0.1')")
-    try:
-        value = float(alpha) if alpha else 0.2
-    except ValueError:
-        raise ConfigError(f"pma.methods: {spec!r}: alpha {alpha!r} is not a number") from None
-    if not 0 < value <= 1:
-        raise ConfigError(f"pma.methods: {spec!r}: alpha must be in (0, 1]")
-    return name, value
-
-
-def check_section(pma: dict[str, Any]) -> pretrain.PretrainConfig:
-    """The section's train config, after checking that the grid fits the run."""
-    cfg = pretrain.PretrainConfig.from_dict({**pma["train"], "kind": "gpt",
-                                             "device": pma["device"]})
-    v0, steps = pma["checkpoint_every"], cfg.steps
-    if steps % v0:
-        raise ConfigError(f"pma.train.steps={steps} must be a multiple of "
-                          f"pma.checkpoint_every={v0}")
-    for spec in pma["methods"]:
-        parse_method(spec)
-    h = pma["headline"]
-    parse_method(h["method"])
-    span = (h["n"] - 1) * h["interval"] * v0
-    if span >= steps:
-        raise ConfigError(f"pma.headline: N={h['n']} checkpoints {h['interval']} x "
-                          f"{v0} steps apart span {span} steps; the run has {steps}")
-    for d in pma["decay"]["steps"]:
-        if d % v0 or steps - d < max(cfg.warmup_steps, v0):
-            raise ConfigError(f"pma.decay.steps: {d} must be a multiple of checkpoint_every={v0} "
-                              f"and leave at least max(warmup_steps, checkpoint_every) = "
-                              f"{max(cfg.warmup_steps, v0)} constant-LR steps before the fork "
-                              f"(the fork leaves the run at step steps - d; steps={steps})")
-    if pma["spike"]["enabled"] and pma["spike"]["checkpoints"] * v0 > steps:
-        raise ConfigError(f"pma.spike.checkpoints={pma['spike']['checkpoints']} needs "
-                          f"{pma['spike']['checkpoints'] * v0} steps of checkpoints; the run "
-                          f"has {steps}")
-    return cfg
-
+from suite.experiments.pretrain_config import (PMA_EXPERIMENT, PretrainConfig, check_section,
+                                               parse_method)
+from suite.records import Record, Status, new_record, outcome
 
 class Checkpoints:
     """Weights-only checkpoints of one run on disk, by step; loaded once and kept (small
@@ -113,13 +64,22 @@ class Checkpoints:
         return merge_checkpoints([self.load(s) for s in steps], method, alpha)
 
 
+def measure_point(pma: dict[str, Any], seed: int, *, series: str = "main",
+                  checkpoints: Path | None = None) -> Record:
+    """The registry's runner (``seedbench pretrain``): one study has one series; its
+    checkpoints go to ``checkpoints``."""
+    if checkpoints is None:
+        raise ValueError("pma_merging needs a folder for its checkpoints (--checkpoints DIR)")
+    if series != "main":
+        raise ValueError(f"pma_merging has one series, 'main'; got {series!r}")
+    return run(pma, seed, checkpoints)
+
+
 def run(pma: dict[str, Any], seed: int, checkpoint_dir: str | Path) -> Record:
-    created = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    record = Record(EXPERIMENT, "gpt", {"seed": seed}, pma, Status.FAILED, created_at=created)
+    record = new_record(PMA_EXPERIMENT, "gpt", {"seed": seed}, pma)
     try:
-        _run(record, pma, seed, Path(checkpoint_dir))
-    except Exception as e:  # noqa: BLE001 - any error of a run becomes a failed record
-        record.status, record.reason = Status.FAILED, f"{type(e).__name__}: {e}"
+        with outcome(record):
+            _run(record, pma, seed, Path(checkpoint_dir))
     finally:
         if not pma.get("keep_checkpoints", False):
             shutil.rmtree(checkpoint_dir, ignore_errors=True)
@@ -224,7 +184,7 @@ def _run(record: Record, pma: dict[str, Any], seed: int, root: Path) -> None:
     record.status = Status.OK
 
 
-def _spike(main: pretrain.Run, cfg: pretrain.PretrainConfig, sp: dict[str, Any],
+def _spike(main: pretrain.Run, cfg: PretrainConfig, sp: dict[str, Any],
            ckpts: Checkpoints, v0: int, steps: int, loss_of) -> dict[str, Any]:
     pre = [steps - i * v0 for i in range(sp["checkpoints"])][::-1]
     spiked = main.fork()

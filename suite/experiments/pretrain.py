@@ -12,122 +12,28 @@ drawn with a fixed seed).
 from __future__ import annotations
 
 import copy
-import dataclasses
 import math
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
 
-from reference_impl.gpt import GPT, GPTConfig
+from reference_impl.configs import VWNConfig
+from reference_impl.gpt import GPT
 from reference_impl.schedules import make_schedule
-from reference_impl.vwn import VWNConfig, VWNGPT
+from reference_impl.vwn import VWNGPT
 from reference_impl.vwn import param_groups as vwn_param_groups
-from suite.config import ConfigError
+from suite.devices import resolve_device
+from suite.experiments.pretrain_config import PretrainConfig
 from suite.trainers.base import param_groups as gpt_param_groups
 
-MODEL_KINDS = ("gpt", "vwn")
-DTYPES = ("fp32", "bf16")
 HELDOUT_SEED = 1_000_003  # the same held-out windows as suite.experiments.llm_train
-GPT_KEYS = tuple(f.name for f in dataclasses.fields(GPTConfig))
-VWN_KEYS = tuple(f.name for f in dataclasses.fields(VWNConfig))
-
-
-@dataclass(frozen=True)
-class PretrainConfig:
-    """One run's settings. ``model`` holds ``GPTConfig`` fields (``VWNConfig`` fields for
-    ``kind='vwn'``); ``block_size`` defaults to ``seq_len``, ``vocab_size`` to 256 (bytes).
-    ``warmup_steps`` of linear warm-up, then the constant peak ``lr`` (the experiments add their
-    own decays). ``threads`` 0 = torch's default."""
-
-    kind: str = "gpt"
-    model: dict[str, Any] = field(default_factory=lambda: {"n_layer": 2, "n_embd": 64,
-                                                           "n_head": 4})
-    seq_len: int = 64
-    batch: int = 8
-    lr: float = 3e-3
-    betas: tuple[float, float] = (0.9, 0.95)
-    weight_decay: float = 0.1
-    grad_clip: float = 1.0
-    warmup_steps: int = 20
-    steps: int = 200
-    eval_every: int = 25
-    eval_batches: int = 8
-    device: str = "cpu"
-    dtype: str = "fp32"  # bf16: autocast around forward (weights and optimizer stay fp32)
-    threads: int = 0
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> PretrainConfig:
-        valid = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(d) - set(valid))
-        if unknown:
-            raise ConfigError(f"train: unknown key(s) {unknown}; valid: {valid}")
-        kw = dict(d)
-        if "betas" in kw:
-            kw["betas"] = tuple(kw["betas"])
-        return cls(**kw)
-
-    def __post_init__(self) -> None:
-        if self.kind not in MODEL_KINDS:
-            raise ConfigError(f"train.kind={self.kind!r} is not one of {list(MODEL_KINDS)}")
-        for name in ("seq_len", "batch", "steps", "eval_every", "eval_batches"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"train.{name}={value!r} must be a positive int")
-        for name in ("warmup_steps", "threads"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ConfigError(f"train.{name}={value!r} must be an int >= 0")
-        for name, low in (("lr", 0.0), ("weight_decay", None), ("grad_clip", None)):
-            value = getattr(self, name)
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (
-                math.isfinite(value) and (value > 0 if low is not None else value >= 0))
-            if not ok:
-                raise ConfigError(f"train.{name}={value!r} must be a "
-                                  f"{'positive number' if low is not None else 'number >= 0'}")
-        if self.dtype not in DTYPES:
-            raise ConfigError(f"train.dtype={self.dtype!r} is not one of {list(DTYPES)}")
-        if self.device not in ("cpu", "cuda", "auto"):
-            raise ConfigError(f"train.device={self.device!r} is not one of ['auto', 'cpu', "
-                              f"'cuda']")
-        keys = VWN_KEYS if self.kind == "vwn" else GPT_KEYS
-        bad = sorted(set(self.model) - set(keys))
-        if bad:
-            raise ConfigError(f"train.model: unknown key(s) {bad} for kind={self.kind!r}; "
-                              f"valid: {list(keys)}")
-        try:
-            self.model_config()
-        except (TypeError, ValueError) as e:
-            raise ConfigError(f"train.model: {e}") from None
-
-    def model_config(self) -> GPTConfig:
-        fields_ = {"vocab_size": 256, "block_size": self.seq_len, **self.model}
-        return (VWNConfig if self.kind == "vwn" else GPTConfig)(**fields_)
-
-    @property
-    def tokens_per_step(self) -> int:
-        return self.batch * self.seq_len
-
-    def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["betas"] = list(self.betas)
-        return d
 
 
 # ----------------------------------------------------------------------------- pieces
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("train.device='cuda' but torch.cuda.is_available() is False")
-    return torch.device(name)
 
 
 def build_model(cfg: PretrainConfig, seed: int, device: torch.device) -> nn.Module:

@@ -11,9 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from suite.config import validate
-from suite.experiments import pma_merging, vwn_width
-
-EXPERIMENTS = (vwn_width.EXPERIMENT, pma_merging.EXPERIMENT)
+from suite.experiments.pretrain_config import (PMA_EXPERIMENT, VWN_EXPERIMENT, check_section,
+                                               train_config, variants)
 
 
 @dataclass(frozen=True)
@@ -35,13 +34,12 @@ def jobs(config: dict[str, Any]) -> dict[str, list[PretrainJob]]:
     out: dict[str, list[PretrainJob]] = {}
     vwn = cfg["vwn"]
     if vwn["enabled"]:
-        out[vwn_width.EXPERIMENT] = [
-            PretrainJob(vwn_width.EXPERIMENT, v.label, seed, vwn_width.train_config(vwn, v),
-                        v.series)
-            for v in vwn_width.variants(vwn) for seed in vwn["seeds"]]
+        out[VWN_EXPERIMENT] = [
+            PretrainJob(VWN_EXPERIMENT, v.label, seed, train_config(vwn, v), v.series)
+            for v in variants(vwn) for seed in vwn["seeds"]]
     pma = cfg["pma"]
     if pma["enabled"]:
-        pma_merging.check_section(pma)
-        out[pma_merging.EXPERIMENT] = [PretrainJob(pma_merging.EXPERIMENT, "gpt", seed, pma)
-                                       for seed in pma["seeds"]]
+        check_section(pma)
+        out[PMA_EXPERIMENT] = [PretrainJob(PMA_EXPERIMENT, "gpt", seed, pma)
+                               for seed in pma["seeds"]]
     return out

@@ -1,13 +1,13 @@
 """Virtual Width Networks at small scale: the same backbone trained at several expansions r, with
 seeds, a constant learning rate and a fixed held-out set.
 
-The plan (``variants``) turns the ``vwn`` config section into runs: the main series over
-``expansions`` at the fixed ``m`` (``n = r m``), and the m ablation at one r. Every run trains a
-``reference_impl.vwn.VWNGPT`` with the same backbone (``train.model``) and, with ``mtp``, the
-next-2-token module, so next-token and next-2-token losses are measured on the same model. The
-r = 1 baseline is ``m = n`` with the GHCs frozen at their initialization, i.e. exactly the
-residual adds of a plain pre-norm transformer (same embedding, output path and MTP module as the
-wide models, so the comparison isolates the width).
+The plan (``variants`` in ``suite.experiments.pretrain_config``) turns the ``vwn`` config
+section into runs: the main series over ``expansions`` at the fixed ``m`` (``n = r m``), and the
+m ablation at one r. Every run trains a ``reference_impl.vwn.VWNGPT`` with the same backbone
+(``train.model``) and, with ``mtp``, the next-2-token module, so next-token and next-2-token
+losses are measured on the same model. The r = 1 baseline is ``m = n`` with the GHCs frozen at
+their initialization, i.e. exactly the residual adds of a plain pre-norm transformer (same
+embedding, output path and MTP module as the wide models, so the comparison isolates the width).
 
 One run -> one record (``run``): the held-out curve (next-token and next-2-token loss every
 ``eval_every`` steps), the step times, and the parameter/FLOP overhead from ``vwn_cost``.
@@ -16,93 +16,37 @@ One run -> one record (``run``): the held-out curve (next-token and next-2-token
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from datetime import datetime, timezone
-from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 from suite import env as envmod
-from suite.config import ConfigError
 from suite.experiments import pretrain
-from suite.records import Record, Status
+from suite.experiments.pretrain_config import VWN_EXPERIMENT, PretrainConfig
+from suite.records import Record, Status, new_record, outcome
 from suite.stats import summarize
 
-EXPERIMENT = "vwn_scaling"
 TIMING_WARMUP = 5  # first steps left out of the step-time statistics
 
 
-@dataclass(frozen=True)
-class Variant:
-    m: int
-    n: int
-    series: str  # "main" (over r at the fixed m) or "m_ablation" (over m at one r)
-
-    @property
-    def r(self) -> float:
-        return self.n / self.m
-
-    @property
-    def label(self) -> str:
-        return f"m{self.m}-n{self.n}"
-
-
-def _n_for(r: float, m: int, where: str) -> int:
-    n = Fraction(str(r)) * m
-    if n.denominator != 1 or n < m:
-        raise ConfigError(f"{where}: expansion r={r} with m={m} gives n={float(n):g}; r*m must be "
-                          f"an integer >= m (e.g. r=1.5 needs an even m)")
-    return int(n)
-
-
-def variants(vwn: dict[str, Any]) -> list[Variant]:
-    """The runs' (m, n), main series first; a variant in both series is run once (as main)."""
-    m = vwn["m"]
-    out = [Variant(m, _n_for(r, m, "vwn.expansions"), "main") for r in vwn["expansions"]]
-    ab = vwn["m_ablation"]
-    if ab["enabled"]:
-        for mm in ab["m"]:
-            v = Variant(mm, _n_for(ab["r"], mm, "vwn.m_ablation"), "m_ablation")
-            if all((v.m, v.n) != (o.m, o.n) for o in out):
-                out.append(v)
-    return out
-
-
-def train_config(vwn: dict[str, Any], v: Variant) -> dict[str, Any]:
-    """The complete ``PretrainConfig`` dict of one variant. The r = 1 baseline trains
-    ``baseline_length`` times as many steps: a wide model's loss at T can only be matched by the
-    baseline if the baseline runs on past T (its curve at the common T is what the loss
-    comparisons use)."""
-    baseline = v.m == v.n
-    if vwn["train"]["steps"] % vwn["train"]["eval_every"]:
-        raise ConfigError(f"vwn.train.steps={vwn['train']['steps']} must be a multiple of "
-                          f"eval_every={vwn['train']['eval_every']}: the baseline is compared "
-                          f"with the wide runs at their last step")
-    model = {**vwn["train"]["model"], "m": v.m, "n": v.n, "mtp": vwn["mtp"],
-             "dynamic": vwn["dynamic"] and not baseline, "ghc_trainable": not baseline}
-    train = {**vwn["train"], "kind": "vwn", "model": model, "device": vwn["device"]}
-    if baseline:  # longer, so that S(T) = tokens the baseline needs / T is measurable
-        train["steps"] = vwn["train"]["steps"] * vwn["baseline_length"]
-    pretrain.PretrainConfig.from_dict(train)  # fail at planning, not in the job
-    return train
+def measure_point(train: dict[str, Any], seed: int, *, series: str = "main",
+                  checkpoints: Path | None = None) -> Record:
+    """The registry's runner (``seedbench pretrain``): no checkpoints are kept."""
+    return run(train, seed, series=series)
 
 
 def run(train: dict[str, Any], seed: int, *, series: str = "main") -> Record:
     """Train one variant for one seed; every error becomes a failed record."""
-    created = datetime.now(timezone.utc).isoformat(timespec="seconds")
     model = train.get("model", {})
     label = f"m{model.get('m')}-n{model.get('n')}"
-    record = Record(EXPERIMENT, label, {"m": model.get("m"), "n": model.get("n"), "seed": seed,
-                                        "series": series}, train, Status.FAILED,
-                    created_at=created)
-    try:
-        _run(record, pretrain.PretrainConfig.from_dict(train), seed)
-    except Exception as e:  # noqa: BLE001 - any error of a run becomes a failed record
-        record.status, record.reason = Status.FAILED, f"{type(e).__name__}: {e}"
+    record = new_record(VWN_EXPERIMENT, label, {"m": model.get("m"), "n": model.get("n"),
+                                            "seed": seed, "series": series}, train)
+    with outcome(record):
+        _run(record, PretrainConfig.from_dict(train), seed)
     record.env = envmod.capture()
     return record
 
 
-def _run(record: Record, cfg: pretrain.PretrainConfig, seed: int) -> None:
+def _run(record: Record, cfg: PretrainConfig, seed: int) -> None:
     from reference_impl.vwn import vwn_cost
 
     mc = cfg.model_config()

@@ -13,13 +13,14 @@ name their denominators.
 from __future__ import annotations
 
 import csv
+from pathlib import Path
 from typing import Any
 
-from suite.env import REPO_ROOT, cpu_model, usable_cores
+from suite.env import cpu_model, usable_cores
 from suite.peak.libraries import CPU_LIBRARIES, GPU_LIBRARIES, measure_library
 from suite.peak.schema import SCHEMA_VERSION
 
-DATASHEET_CSV = REPO_ROOT / "results" / "paper" / "peak_flops_dense.csv"
+DATASHEET_CSV = Path(__file__).parent.parent / "data" / "peak_flops_dense.csv"  # package data
 
 
 def datasheet_peak(device_name: str, dtype: str) -> dict[str, Any] | None:

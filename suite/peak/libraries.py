@@ -47,21 +47,16 @@ class LibraryUnavailable(RuntimeError):
 # n x n x n product and returns only when it is done; it raises LibraryUnavailable if it can't.
 
 
-def _torch_dtype(dtype: str):
-    import torch
-
-    return {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16,
-            "bf16": torch.bfloat16}[dtype]
-
-
 def _torch_matmul(dtype: str, n: int, threads: int, device: str = "cpu") -> Callable[[], Any]:
     import torch
+
+    from suite.devices import torch_dtype
 
     if dtype == "tf32" and device != "cuda":
         raise LibraryUnavailable("tf32 is a CUDA tensor-core mode; on CPU measure fp32")
     torch.set_num_threads(threads)
     torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
-    a, b = (torch.randn(n, n, device=device).to(_torch_dtype(dtype)) for _ in range(2))
+    a, b = (torch.randn(n, n, device=device).to(torch_dtype(dtype)) for _ in range(2))
     if device == "cuda":
         def call():
             torch.matmul(a, b)
@@ -81,12 +76,14 @@ def _cublas(dtype: str, n: int, threads: int) -> Callable[[], Any]:
 def _onednn(dtype: str, n: int, threads: int) -> Callable[[], Any]:
     import torch
 
+    from suite.devices import torch_dtype
+
     if dtype == "tf32":
         raise LibraryUnavailable("tf32 is a CUDA mode")
     if not torch.backends.mkldnn.is_available():
         raise LibraryUnavailable("this torch build has no oneDNN (torch.backends.mkldnn)")
     torch.set_num_threads(threads)
-    t = _torch_dtype(dtype)
+    t = torch_dtype(dtype)
     a, w = torch.randn(n, n).to(t), torch.randn(n, n).to(t)
     packed = torch.ops.mkldnn._reorder_linear_weight(w, n)  # once, as a model's weights are
     op = torch.ops.mkldnn._linear_pointwise

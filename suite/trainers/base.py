@@ -27,17 +27,15 @@ from __future__ import annotations
 import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-if TYPE_CHECKING:  # the config lives with the run that parses it
-    from suite.experiments.llm_train import TrainConfig
+from suite.trainers.config import OPTIMIZERS, TrainConfig
 
 LAUNCHERS = ("torchrun", "deepspeed", "single")
-OPTIMIZERS = ("adamw", "lamb")
 
 
 @dataclass(frozen=True)
@@ -70,7 +68,7 @@ class Trainer(ABC):
 
     name: str = ""
     description: str = ""
-    launcher: str = "torchrun"  # one of LAUNCHERS: how ``llm_train.command`` starts the ranks
+    launcher: str = "torchrun"  # one of LAUNCHERS: how ``suite.launch.command`` starts the ranks
 
     def available(self) -> tuple[bool, str]:
         """Whether this engine can run here; ``(False, reason)`` instead of raising, so that a
@@ -109,7 +107,9 @@ class Trainer(ABC):
         return self.global_mean(loss_fn(logits, targets))
 
     def teardown(self) -> None:
-        """Release what ``setup`` built beyond the process group (which the run owns)."""
+        """Release what ``setup`` built beyond the process group (which the run owns); an
+        engine that holds nothing more has nothing to do."""
+        return None
 
     # -------------------------------------------------------------- helpers for subclasses
 

@@ -13,7 +13,7 @@ per-tensor trust ratio becomes a per-partition ratio, which is not LAMB; the cor
 reports such a run as incorrect (``details()["optimizer_partitioning"]`` says so up front).
 
 Launch: DeepSpeed's own launcher (``deepspeed --num_gpus N --no_local_rank --module ...``,
-built by ``llm_train.command``), on CUDA and on CPU alike (tested with gloo on CPU, where
+built by ``suite.launch.command``), on CUDA and on CPU alike (tested with gloo on CPU, where
 ``--num_gpus`` just counts processes). torchrun works as well: the engine only needs the
 process group, which the training run creates from either launcher's environment (gloo on CPU,
 nccl on CUDA) and ``deepspeed.init_distributed`` adopts.

@@ -21,27 +21,27 @@ rule bert_point:
         peak=rules.peak.output[0],
         build=external_build_stamp,
     output:
-        f"{RESULTS}/{{experiment}}/{{subject}}/{{baseline}}/b{{batch}}_l{{max_len}}.json",
+        f"{RESULTS}/{{experiment}}/{{subject}}/{{system}}/b{{batch}}_l{{max_len}}.json",
     log:
-        f"{RESULTS}/logs/{{experiment}}/{{subject}}_{{baseline}}_b{{batch}}_l{{max_len}}.log",
+        f"{RESULTS}/logs/{{experiment}}/{{subject}}_{{system}}_b{{batch}}_l{{max_len}}.log",
     params:
         # a function: a string param would be read as a wildcard pattern ({build_dir} in commands)
         section=lambda wildcards: BERT_SECTION,
     threads: TIMED_THREADS
     shell:
         "seedbench run {wildcards.experiment} --subject {wildcards.subject}"
-        " --baseline {wildcards.baseline}"
+        " --system {wildcards.system}"
         " --batch-size {wildcards.batch} --max-seq-len {wildcards.max_len}"
         " --section-json {params.section:q} --peak {input.peak} --out {output} 2> {log}"
 
 
 rule bert_table:
     input:
-        bert_records,
+        records,
     output:
         f"{RESULTS}/{{experiment}}/table.csv",
     wildcard_constraints:
-        experiment=r"bert_[a-z_]+",
+        experiment=experiments.pattern("bert"),
     log:
         f"{RESULTS}/logs/{{experiment}}/table.log",
     params:

@@ -1,5 +1,5 @@
-# Config validation, shared paths, wildcard constraints, and the job plans and input functions
-# the rule files use (Snakemake's lint: functions in one place, rules in their own files).
+# Config validation, shared paths, the job plans and the input functions of the rules (these
+# live here and the rules in their own files, as the Snakemake linter asks).
 import json
 import os
 
@@ -7,22 +7,23 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from suite import config as suite_config
-from suite.baselines import registry
-from suite.baselines.external import BUILD_ROOT, STAMP as EXTERNAL_STAMP
+from suite.baselines.external_build import BUILD_ROOT, STAMP as EXTERNAL_STAMP
+from suite.baselines.registry import baselines
 from suite.config import EXTERNAL_PREFIX, BertVarlenConfig
 from suite.env import machine_slug
 from suite.experiments import llm_plan, pretrain_plan
+from suite.experiments import registry as experiments
 from suite.experiments.plan import jobs, speedup_baseline
 from suite.trainers import registry as trainer_registry
 
 
-# Our own pass first: its messages name the key, the bad value and what is allowed. Snakemake's
-# validate then checks against the same schema and fills in the defaults.
+# Our own pass first: its messages name the key, the bad value and what is allowed. Then the
+# Snakemake validate checks against the same schema and fills in the defaults.
 try:
     suite_config.validate(config)
 except suite_config.ConfigError as e:
     raise WorkflowError(str(e))
-validate(config, "../schemas/config.schema.yaml")
+validate(config, str(suite_config.SCHEMA_PATH))
 
 MACHINE = machine_slug() if config["machine"] == "auto" else config["machine"]
 RESULTS = f"results/{MACHINE}"
@@ -33,7 +34,7 @@ TIMED_THREADS = workflow._cores or 1
 REPORT_HTML = f"{REPORTS}/index.html"
 try:
     BERT = BertVarlenConfig.from_dict(config["bert_varlen"])
-    registry.check_names(BERT.registered_baselines())
+    baselines.check_names(BERT.registered_baselines())
 except (suite_config.ConfigError, KeyError) as e:
     raise WorkflowError(f"bert_varlen: {e.args[0]}")
 try:
@@ -43,7 +44,7 @@ except (suite_config.ConfigError, KeyError) as e:
 
 
 
-# ---- the ByteTransformer family's jobs (suite.experiments.plan)
+# ---- jobs of the ByteTransformer family (suite.experiments.plan)
 
 EXTERNAL_BUILDS = BUILD_ROOT.as_posix()
 BERT_SECTION = json.dumps(BERT.to_dict(), sort_keys=True)
@@ -51,14 +52,10 @@ BERT_SECTION = json.dumps(BERT.to_dict(), sort_keys=True)
 BERT_JOBS = jobs(BERT)
 
 
-def bert_records(wildcards):
-    return [job.path(RESULTS) for job in BERT_JOBS[wildcards.experiment]]
-
-
 def external_build_stamp(wildcards):
     """An external program with a source checkout is built before its runs."""
-    name = wildcards.baseline.removeprefix(EXTERNAL_PREFIX)
-    if wildcards.baseline.startswith(EXTERNAL_PREFIX) and BERT.external[name]["source"]:
+    name = wildcards.system.removeprefix(EXTERNAL_PREFIX)
+    if wildcards.system.startswith(EXTERNAL_PREFIX) and BERT.external[name]["source"]:
         return [f"{EXTERNAL_BUILDS}/{name}/{EXTERNAL_STAMP}"]
     return []
 
@@ -70,8 +67,9 @@ LLM_EXPERIMENTS = sorted({job.experiment for job in LLM_JOBS.values()}) + (
     ["llm_scale"] if config["llm"]["enabled"] and config["llm"]["scale"]["enabled"] else [])
 
 
-def llm_records(wildcards):
-    return sorted(p for p, job in LLM_JOBS.items() if job.experiment == wildcards.experiment)
+def llm_steplogs(wildcards):
+    """The step log beside each training record: the source of the loss curves."""
+    return [p.removesuffix(".json") + ".steps.jsonl" for p in records(wildcards)]
 
 
 def llm_job(wildcards, output):
@@ -85,23 +83,8 @@ try:
 except suite_config.ConfigError as e:
     raise WorkflowError(str(e))
 PRETRAIN_JOBS = {job.path(RESULTS): job for js in PRETRAIN_PLAN.values() for job in js}
-PRETRAIN_PAPER = {
-    "vwn_scaling": ["results/paper/vwn_headline.csv",
-                    "results/paper/vwn_table1_a0.8b_m8_500b_tokens.csv"],
-    "pma_merging": ["results/paper/pma_headline.csv"],
-}
-
-
 def pretrain_job(output):
     return PRETRAIN_JOBS[output.record]
-
-
-def pretrain_records(wildcards):
-    return [job.path(RESULTS) for job in PRETRAIN_PLAN[wildcards.experiment]]
-
-
-def pretrain_paper(wildcards):
-    return PRETRAIN_PAPER[wildcards.experiment]
 
 
 def pretrain_checkpoints(output):
@@ -109,11 +92,12 @@ def pretrain_checkpoints(output):
     unless pma.keep_checkpoints)."""
     if pretrain_job(output).experiment != "pma_merging":
         return ""
-    return f"--checkpoints {output.record.removesuffix('.json')}.checkpoints"
+    stem = output.record.removesuffix(".json")
+    return f"--checkpoints {stem}.checkpoints"
 
 
 def pretrain_threads(wildcards):
-    """The run's own thread count (1 on CPU: jobs run side by side, one per core); 0 means
+    """The thread count of the run (1 on CPU: jobs run side by side, one per core); 0 means
     the run takes the machine."""
     path = f"{RESULTS}/{wildcards.experiment}/{wildcards.label}/seed{wildcards.seed}.json"
     job = PRETRAIN_JOBS[path]
@@ -121,32 +105,75 @@ def pretrain_threads(wildcards):
     return train.get("threads") or TIMED_THREADS
 
 
-# ---- report sections: the paper's numbers each figure shows beside the measured ones
-PAPER_OF = {
-    "bert_varlen": "results/paper/bytetransformer_readme_a100_fp16_latency.csv",
-    "bert_mha": "results/paper/bytetransformer_readme_a100_fp16_latency.csv",
-    "llm_ablation": "results/paper/megascale_table3_ablation_175b_256gpu.csv",
-    "vwn_scaling": "results/paper/vwn_table1_a0.8b_m8_500b_tokens.csv",
-}
-BERT_CLAIMS = "results/paper/bytetransformer_abstract_claims.csv"
-SECTIONS = [*BERT_JOBS, *LLM_EXPERIMENTS, *PRETRAIN_PLAN]
-CLAIM_SECTIONS = list(PRETRAIN_PLAN)  # sections with a measured claims table of their own
+# ---- sections of the report: every experiment this config runs, in registry order.
+# What the figure and analysis of each read is declared by its spec (suite.experiments.registry).
+RUN = {*BERT_JOBS, *LLM_EXPERIMENTS, *PRETRAIN_PLAN}
+SECTIONS = [name for name in experiments.names() if name in RUN]
+
+
+def records_of(experiment):
+    """The records behind the table of one experiment (none for the analytical scale model)."""
+    family = experiments.get(experiment).family
+    if family == "bert":
+        return [job.path(RESULTS) for job in BERT_JOBS[experiment]]
+    if family == "llm":
+        return sorted(p for p, job in LLM_JOBS.items() if job.experiment == experiment)
+    if family == "pretrain":
+        return [job.path(RESULTS) for job in PRETRAIN_PLAN[experiment]]
+    return []
+
+
+def records(wildcards):
+    return records_of(wildcards.experiment)
+
+
+def paper_inputs(experiment):
+    """The paper CSVs the spec of an experiment declares, as named inputs paper_<role>."""
+    return {f"paper_{role}": path
+            for role, path in experiments.get(experiment).paper_paths().items()}
+
+
+def paper_flags(experiment, input):
+    """--paper ROLE=PATH for each declared paper CSV, from the named inputs paper_<role>."""
+    named = dict(input.items())
+    return " ".join(f"--paper {role}={named[key]}" for role in experiments.get(experiment).paper
+                    if (key := f"paper_{role}") in named)
 
 
 def figure_inputs(wildcards):
-    inputs = {"table": f"{RESULTS}/{wildcards.experiment}/table.csv"}
-    if wildcards.experiment in PAPER_OF:
-        inputs["paper"] = PAPER_OF[wildcards.experiment]
-    if wildcards.experiment.startswith("bert_"):
-        inputs["claims"] = BERT_CLAIMS
-    if wildcards.experiment in PRETRAIN_PLAN:
-        inputs["curves"] = f"{RESULTS}/{wildcards.experiment}/curves.csv"
-    if wildcards.experiment == "bert_varlen":  # the roofline panel's library lines
+    spec = experiments.get(wildcards.experiment)
+    inputs = {"table": f"{RESULTS}/{spec.name}/table.csv", **paper_inputs(spec.name)}
+    if spec.curves:
+        inputs["curves"] = f"{RESULTS}/{spec.name}/curves.csv"
+    if spec.roofline:
         inputs["peak"] = rules.peak.output[0]
     return inputs
 
 
 def figure_flags(wildcards, input):
-    return " ".join(f"--{k} {v}" for k, v in input.items() if k in ("paper", "claims", "curves",
-                                                                       "peak"))
+    flags = [paper_flags(wildcards.experiment, input)]
+    flags += [f"--{k} {input[k]}" for k in ("curves", "peak") if k in input.keys()]
+    return " ".join(flags)
 
+
+def analysis_inputs(wildcards):
+    spec = experiments.get(wildcards.experiment)
+    inputs = {"table": f"{RESULTS}/{spec.name}/table.csv", **paper_inputs(spec.name),
+              "records": records_of(spec.name)}
+    for other in spec.reads_tables:
+        if other in SECTIONS:
+            inputs[f"table_of_{other}"] = f"{RESULTS}/{other}/table.csv"
+    if spec.family == "pretrain":  # its table step measured the claims
+        inputs["claims"] = f"{RESULTS}/{spec.name}/claims.csv"
+    return inputs
+
+
+def analysis_flags(wildcards, input):
+    spec = experiments.get(wildcards.experiment)
+    flags = [paper_flags(spec.name, input)]
+    named = dict(input.items())
+    flags += [f"--table-of {o}={named[key]}" for o in spec.reads_tables
+              if (key := f"table_of_{o}") in named]
+    if "claims" in input.keys():
+        flags.append(f"--claims {input.claims}")
+    return " ".join(flags)

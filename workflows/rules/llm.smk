@@ -11,7 +11,7 @@ rule llm_point:
     log:
         f"{RESULTS}/logs/{{experiment}}/{{label}}_{{trainer}}.log",
     wildcard_constraints:
-        experiment=r"llm_(mfu|engines|ablation|loss)",
+        experiment=experiments.pattern("llm"),
         label=r"[a-z0-9][a-z0-9_.-]*",
         trainer=r"[a-z0-9][a-z0-9_-]*",
     params:
@@ -23,6 +23,7 @@ rule llm_point:
     threads: TIMED_THREADS
     shell:
         "seedbench train {wildcards.experiment} --trainer {wildcards.trainer}"
+        " --label {wildcards.label}"
         " --nprocs {params.nprocs} --check-steps {params.check} --train-json {params.train:q}"
         " --peak {input.peak}"
         " --timeout-s {params.timeout} --out {output.record} --steplog {output.steps} 2> {log}"
@@ -30,21 +31,28 @@ rule llm_point:
 
 rule llm_table:
     input:
-        llm_records,
+        records=records,
+        steps=llm_steplogs,
     output:
-        f"{RESULTS}/{{experiment}}/table.csv",
+        table=f"{RESULTS}/{{experiment}}/table.csv",
+        curves=f"{RESULTS}/{{experiment}}/curves.csv",
     log:
         f"{RESULTS}/logs/{{experiment}}/table.log",
     wildcard_constraints:
-        experiment=r"llm_(mfu|engines|ablation|loss)",
+        experiment=experiments.pattern("llm"),
     shell:
-        "seedbench llm-table {input} --out {output} 2> {log}"
+        "seedbench llm-table {input.records} --out {output.table} --curves {output.curves}"
+        " 2> {log}"
 
 
 rule llm_scale:
+    input:
+        **paper_inputs("llm_scale"),
     output:
         f"{RESULTS}/llm_scale/table.csv",
     log:
         f"{RESULTS}/logs/llm_scale/table.log",
+    params:
+        paper=lambda wildcards, input: paper_flags("llm_scale", input),
     shell:
-        "seedbench scale-model --out {output} 2> {log}"
+        "seedbench scale-model {params.paper} --out {output} 2> {log}"

@@ -9,7 +9,7 @@ rule pretrain_run:
     log:
         f"{RESULTS}/logs/{{experiment}}/{{label}}_seed{{seed}}.log",
     wildcard_constraints:
-        experiment=r"vwn_scaling|pma_merging",
+        experiment=experiments.pattern("pretrain"),
         label=r"[a-z0-9][a-z0-9_-]*",
         seed=r"\d+",
     params:
@@ -26,8 +26,8 @@ rule pretrain_run:
 
 rule pretrain_table:
     input:
-        records=pretrain_records,
-        paper=pretrain_paper,
+        unpack(lambda wildcards: paper_inputs(wildcards.experiment)),
+        records=records,
     output:
         table=f"{RESULTS}/{{experiment}}/table.csv",
         curves=f"{RESULTS}/{{experiment}}/curves.csv",
@@ -35,9 +35,10 @@ rule pretrain_table:
     log:
         f"{RESULTS}/logs/{{experiment}}/table.log",
     wildcard_constraints:
-        experiment=r"vwn_scaling|pma_merging",
+        experiment=experiments.pattern("pretrain"),
     params:
         out_dir=lambda wildcards, output: os.path.dirname(output.table),
+        paper=lambda wildcards, input: paper_flags(wildcards.experiment, input),
     shell:
         "seedbench pretrain-table {wildcards.experiment} {input.records}"
-        " --paper-dir results/paper --out-dir {params.out_dir} 2> {log}"
+        " {params.paper} --out-dir {params.out_dir} 2> {log}"

@@ -1,4 +1,6 @@
-# Tidy tables -> figures -> reports/index.html (figures also registered for snakemake --report).
+# Tidy tables -> figures and analyses -> reports/index.html (figures also registered for
+# snakemake --report). What the figure and analysis of each experiment read is declared by its spec
+# (suite.experiments.registry); the report step only renders the files named here.
 
 
 rule figure:
@@ -22,28 +24,36 @@ rule figure:
         " --out {params.stem} 2> {log}"
 
 
+rule analyze:
+    input:
+        unpack(analysis_inputs),
+    output:
+        f"{RESULTS}/{{experiment}}/analysis.json",
+    log:
+        f"{RESULTS}/logs/{{experiment}}/analysis.log",
+    params:
+        flags=analysis_flags,
+    shell:
+        "seedbench analyze {wildcards.experiment} --table {input.table} {params.flags}"
+        " --records {input.records} --out {output} 2> {log}"
+
+
 rule report_html:
     input:
         tables=expand(f"{RESULTS}/{{experiment}}/table.csv", experiment=SECTIONS),
         figures=expand(f"{REPORTS}/figures/{{experiment}}.svg", experiment=SECTIONS),
+        analyses=expand(f"{RESULTS}/{{experiment}}/analysis.json", experiment=SECTIONS),
         peak=rules.peak.output[0],
-        claims=[BERT_CLAIMS] if "bert_varlen" in SECTIONS else [],
-        section_claims=expand(f"{RESULTS}/{{experiment}}/claims.csv", experiment=CLAIM_SECTIONS),
     output:
         report(REPORT_HTML, caption="../report/index.rst", category="HTML report"),
     log:
         f"{RESULTS}/logs/report.log",
     params:
         sections=lambda wildcards, input: " ".join(
-            f"--section {e} {t} {f}" for e, t, f in zip(SECTIONS, input.tables, input.figures)
+            f"--section {e} {t} {f} {a}"
+            for e, t, f, a in zip(SECTIONS, input.tables, input.figures, input.analyses)
         ),
         config=" ".join(f"--config {f}" for f in workflow.configfiles[-1:]),
-        claims=lambda wildcards, input: " ".join(f"--claims {c}" for c in input.claims),
-        section_claims=lambda wildcards, input: " ".join(
-            f"--section-claims {e} {c}" for e, c in zip(CLAIM_SECTIONS, input.section_claims)
-        ),
     shell:
-        "seedbench report {params.sections} --peak {input.peak} {params.claims}"
-        " {params.section_claims}"
-        " {params.config}"
+        "seedbench report {params.sections} --peak {input.peak} {params.config}"
         " --out {output} 2> {log}"

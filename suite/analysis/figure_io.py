@@ -1,0 +1,41 @@
+"""What every figure module shares: the inputs a figure function receives and how a figure is
+written. Figure modules import this; nothing here imports them (the registry dispatches)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+
+@dataclass
+class FigureData:
+    """An experiment's tidy table and the declared files its figure may draw: the papers'
+    CSVs by role (``ExperimentSpec.paper``), the loss curves, ``peak.json``."""
+
+    table: pd.DataFrame
+    paper: dict[str, pd.DataFrame] = field(default_factory=dict)
+    curves: pd.DataFrame | None = None
+    peak: dict | None = None
+
+    def paper_table(self, role: str) -> pd.DataFrame:
+        if role not in self.paper:
+            raise ValueError(f"this figure needs the paper CSV {role!r} (--paper {role}=PATH); "
+                             f"given: {sorted(self.paper)}")
+        return self.paper[role]
+
+
+def save_figure(fig, out: Path) -> list[Path]:
+    """``out.png`` for the page and ``out.svg`` for print; closes the figure."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    paths = [out.with_suffix(".png"), out.with_suffix(".svg")]
+    fig.savefig(paths[0], dpi=110)
+    fig.savefig(paths[1])
+    plt.close(fig)
+    return paths

@@ -1,0 +1,80 @@
+"""The sentence above an experiment's table in the report: ``(AnalysisInputs) -> str``, named
+by ``ExperimentSpec.summary`` and run by the analysis step (the report only shows it)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from suite.analysis.analyze import AnalysisInputs
+
+
+def llm_scale(inputs: AnalysisInputs) -> str:
+    """The model's error on the rows it was not fitted to, per system and figure."""
+    table = inputs.table
+    held = table[~table.calibration.astype(bool)]
+    parts = []
+    for (figure, system), g in held.groupby(["figure", "system"], sort=False):
+        time = g.iteration_time_rel_error.abs().mean()
+        part = f"{system}, {'Table 2' if figure == 'table2' else 'Fig. 9'} ({len(g)} points): "
+        if pd.notna(time):
+            part += f"iteration time off by {100 * time:.1f}% on average, "
+        part += f"MFU by {g.mfu_error_points.abs().mean():.1f} points"
+        parts.append(part)
+    return "Held-out error: " + "; ".join(parts) + "."
+
+
+def llm_ablation(inputs: AnalysisInputs) -> str:
+    """Each step's MFU gain here beside the paper's (Table 3)."""
+    from suite.analysis.llm_tables import ablation_vs_paper
+
+    rows = ablation_vs_paper(inputs.table, inputs.paper["table3"])
+    parts = [f"{r.technique}: {r.gain_points:+.1f} points here"
+             + ("" if pd.isna(r.paper_gain_points)
+                else f" vs {r.paper_gain_points:+.1f} in the paper")
+             for r in rows.itertuples() if pd.notna(r.gain_points)]
+    return "Gain of each step in MFU points: " + "; ".join(parts) + "." if parts else ""
+
+
+def llm_loss(inputs: AnalysisInputs) -> str:
+    table = inputs.table
+    ok = table[(table.status == "ok") & table.eval_loss.notna()]
+    if len(ok) < 2:
+        return ""
+    adamw, lamb = ok[ok.optimizer == "adamw"], ok[ok.optimizer == "lamb"]
+    if adamw.empty or lamb.empty:
+        return ""
+    a, b = adamw.iloc[0], lamb.iloc[0]
+    verdict = ("reaches" if b.eval_loss <= a.eval_loss else "does not reach")
+    return (f"At {int(b.tokens_seen)} tokens, LAMB with batch {int(b.global_batch)} "
+            f"{verdict} the held-out loss of AdamW with batch {int(a.global_batch)} "
+            f"({b.eval_loss:.4f} vs {a.eval_loss:.4f} at {int(a.tokens_seen)} tokens); both "
+            f"start near ln(256) = 5.545.")
+
+
+def vwn_scaling(inputs: AnalysisInputs) -> str:
+    table = inputs.table
+    ok = table[(table.status == "ok") & (table.series == "main")].sort_values("r")
+    wide = ok[ok.r > 1]
+    if wide.empty:
+        return ""
+    w = wide.iloc[-1]
+    return (f"At {int(w.tokens)} tokens, the widest model (r = {w.r:g}) is "
+            f"{w.gap_next_token:+.4f} [{w.gap_next_token_ci_low:+.4f}, "
+            f"{w.gap_next_token_ci_high:+.4f}] nats below the r = 1 baseline in next-token loss "
+            f"and {w.gap_next_2_token:+.4f} [{w.gap_next_2_token_ci_low:+.4f}, "
+            f"{w.gap_next_2_token_ci_high:+.4f}] in next-2-token loss (mean of {int(w.seeds)} "
+            f"seeds, 95% t-interval), at {100 * w.time_overhead:+.0f}% step time.")
+
+
+def pma_merging(inputs: AnalysisInputs) -> str:
+    table = inputs.table
+    ok = table[table.status == "ok"]
+    if ok.empty:
+        return ""
+    best = ok.sort_values("gain", ascending=False).iloc[0]
+    helps = int((ok.gain_ci_low > 0).sum())
+    return (f"At step {int(best.step)}, {helps} of {len(ok)} merge settings beat the latest "
+            f"checkpoint with a 95% interval above 0; the best, {best.method.upper()} of "
+            f"N = {int(best.n)} every {int(best.interval_steps)} steps, by {best.gain:+.4f} "
+            f"nats (chosen after the fact: the claims table uses the setting fixed before the "
+            f"run).")

@@ -1,0 +1,264 @@
+"""Every experiment, described once: the CLI's choices, the workflow's wildcard patterns and
+sections, the figure and analysis dispatch and the report's text all come from ``SPECS``.
+
+Torch-free and matplotlib-free on purpose: the workflow's planning and the CLI's argument
+parser import it. Functions are named as ``"module:function"`` strings and imported only by
+the stage that calls them.
+
+Adding an experiment to an existing family: a spec here, its runner (how one point becomes a
+record), its figure function, and its report columns; nothing else names experiments.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from importlib import import_module
+from typing import Any, Callable
+
+# Families share a runner command, a planner and a table builder (workflows/rules/<family>.smk).
+FAMILIES = ("bert", "llm", "scale", "pretrain")
+# How a section's claims are laid out in the report: the ByteTransformer framework claims
+# (suite.analysis.claims) or measured verdicts with intervals (suite.analysis.verdicts).
+CLAIM_LAYOUTS = ("frameworks", "verdicts")
+PAPER_DIR = "results/paper"
+
+
+@dataclass(frozen=True)
+class ExperimentSpec:
+    """One experiment.
+
+    ``paper``: role -> CSV under ``results/paper/`` (the papers' numbers this experiment's
+    table step, figure or analysis reads; the workflow declares each as a rule input and passes
+    it as ``--paper ROLE=PATH``). The functions are ``"module:function"``:
+
+    - ``runner``: one point -> a record, called by the family's run command. bert:
+      ``(cfg, experiment, subject, system, batch_size, max_seq_len, peak)``; pretrain:
+      ``(section, seed, series=, checkpoints=)``. llm runs are processes under a launcher
+      (``suite.launch``), so the llm family names none.
+    - ``table``: pretrain only, ``(records, paper) -> (table, curves, claims)``; the other
+      families share one table builder each (``seedbench table`` / ``llm-table``).
+    - ``figure(FigureData, out)`` writes the PNG and SVG.
+    - ``summary(AnalysisInputs) -> str``: the sentence above the section's table.
+    - ``claims(AnalysisInputs) -> DataFrame``: the paper's claims, measured.
+
+    ``reads_tables``: other experiments' tables the analysis needs (when they are in the run).
+    ``columns``: the report's table layout (``suite.report.columns``).
+    """
+
+    name: str
+    title: str
+    family: str
+    figure: str
+    runner: str | None = None
+    table: str | None = None
+    note: str = ""
+    columns: str = "bert"
+    paper: dict[str, str] = field(default_factory=dict)
+    summary: str | None = None
+    claims: str | None = None
+    claims_layout: str = "verdicts"
+    reads_tables: tuple[str, ...] = ()
+    curves: bool = False  # the figure draws the table step's curves.csv
+    roofline: bool = False  # the figure draws peak.json's library lines
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[a-z][a-z0-9]*_[a-z0-9_]+", self.name):
+            raise ValueError(f"experiment name {self.name!r}: lower-case family prefix and "
+                             "words joined by '_' (e.g. 'bert_varlen')")
+        if self.family not in FAMILIES:
+            raise ValueError(f"{self.name}: family={self.family!r} is not one of {FAMILIES}")
+        if (self.runner is None) != (self.family in ("llm", "scale")):
+            raise ValueError(f"{self.name}: the {self.family} family "
+                             + ("launches its runs (no runner)" if self.family in ("llm", "scale")
+                                else "needs a runner"))
+        if (self.table is not None) != (self.family == "pretrain"):
+            raise ValueError(f"{self.name}: a table builder is for the pretrain family only, "
+                             "and it needs one")
+        if self.claims_layout not in CLAIM_LAYOUTS:
+            raise ValueError(f"{self.name}: claims_layout={self.claims_layout!r} is not one of "
+                             f"{CLAIM_LAYOUTS}")
+        for ref in (self.figure, self.runner, self.table, self.summary, self.claims):
+            if ref is not None and not re.fullmatch(r"[\w.]+:\w+", ref):
+                raise ValueError(f"{self.name}: {ref!r} is not 'module:function'")
+
+    def paper_paths(self) -> dict[str, str]:
+        return {role: f"{PAPER_DIR}/{name}" for role, name in self.paper.items()}
+
+
+def load(ref: str) -> Callable[..., Any]:
+    """The function a ``"module:function"`` reference names."""
+    module, _, name = ref.partition(":")
+    return getattr(import_module(module), name)
+
+
+_BT_LATENCY = "bytetransformer_readme_a100_fp16_latency.csv"
+_BT_CLAIMS = "bytetransformer_abstract_claims.csv"
+
+_SPECS = [
+    ExperimentSpec(
+        "bert_varlen",
+        "BERT-base inference, padded frameworks vs padding-free (ByteTransformer)", "bert",
+        figure="suite.analysis.plots:varlen_figure",
+        runner="suite.experiments.bert_varlen:measure_point",
+        paper={"latency": _BT_LATENCY, "claims": _BT_CLAIMS},
+        claims="suite.analysis.claims:framework_claims", claims_layout="frameworks",
+        reads_tables=("bert_mha",), roofline=True,
+        note="Left: latency here. Middle: speedup of the padding-free reference over the "
+             "padded baseline, with its 95% CI, the FLOP bounds, and the paper's "
+             "ByteTransformer-over-PyTorch speedup from the ByteTransformer README (A100, "
+             "fp16: another machine and precision, shown for shape, not for equality). "
+             "Right: the paper's latencies."),
+    ExperimentSpec(
+        "bert_fixed",
+        "the same frameworks with every sequence at max length (padding-free's control)", "bert",
+        figure="suite.analysis.plots:fixed_figure",
+        runner="suite.experiments.bert_varlen:measure_point",
+        note="Every sequence of the batch at the full length: there is no padding, so a "
+             "padding-free system has nothing to skip. Its speedup here is what its kernels "
+             "and fusion give alone; the difference from the variable-length figure at the "
+             "same point is what removing padding gives."),
+    ExperimentSpec(
+        "bert_ablation", "the reference with the paper's optimizations turned on one by one",
+        "bert", figure="suite.analysis.plots:ablation_figure",
+        runner="suite.experiments.bert_varlen:measure_point",
+        note="The reference with the paper's optimizations switched on one after "
+             "another; speedups are over step 0 (padded, unfused). On CPU the fused "
+             "epilogues run as PyTorch ops (the Triton kernels need CUDA), so those two "
+             "steps are expected to change little here. Steps 0-4 run their linear layers "
+             "on F.linear (MKL in x86 wheels); the last step moves them to oneDNN with "
+             "weights prepacked once and bias+GELU / bias+residual fused as post-ops "
+             "(on CPU; on GPUs it equals the step before)."),
+    ExperimentSpec(
+        "bert_variants", "ALBERT, DistilBERT, DeBERTa: padded HF vs padding-free", "bert",
+        figure="suite.analysis.plots:variants_figure",
+        runner="suite.experiments.bert_varlen:measure_point",
+        note="Each family at BERT-base size, padded HF eager against the padding-free "
+             "reference; speedups over the padded HF model."),
+    ExperimentSpec(
+        "bert_mha",
+        "attention: varlen vs padded MHA (matmul+mask+softmax+matmul) and padded SDPA", "bert",
+        figure="suite.analysis.plots:mha_figure",
+        runner="suite.experiments.bert_kernels:measure_point", paper={"claims": _BT_CLAIMS},
+        note="Attention alone on BERT-base-shaped Q/K/V (12 heads x 64): varlen attention on "
+             "the packed tokens and padded SDPA, against the padded matmul + mask + softmax + "
+             "matmul the paper calls PyTorch. The paper's 6.13x is A100 fp16 with a fused "
+             "CUDA kernel."),
+    ExperimentSpec(
+        "bert_fused_ops", "add-bias+LayerNorm and GEMM+bias+GELU: fused vs unfused", "bert",
+        figure="suite.analysis.plots:fused_ops_figure",
+        runner="suite.experiments.bert_kernels:measure_point",
+        note="The two element-wise epilogues ByteTransformer fuses, on the packed "
+             "tokens. LayerNorm is memory-bound: its figure is GB/s of least traffic."),
+    ExperimentSpec(
+        "llm_mfu", "GPT training MFU and tokens/s: model sizes x distributed engines (MegaScale)",
+        "llm", figure="suite.analysis.llm_plots:mfu_sweep_figure", columns="train",
+        note="GPT training runs of reference_impl.gpt under the engines, each checked first "
+             "against a single-process run of the same global batches (losses and gradient "
+             "norms). MFU = tokens/s x model FLOPs per token (matmuls, forward + backward, no "
+             "recompute; the formula is in each record) / the peak: on a CPU the machine's "
+             "measured matmul peak at the threads all ranks use counts as one device; on GPUs "
+             "the per-GPU peak x GPUs. Warm-up steps are left out."),
+    ExperimentSpec(
+        "llm_engines", "DDP, FSDP2 and DeepSpeed ZeRO-1/2/3 at equal model and global batch",
+        "llm", figure="suite.analysis.llm_plots:engines_figure", columns="train",
+        note="The same model and global batch under each engine (2 processes, gloo on a "
+             "CPU, NCCL on GPUs); FSDP2 with and without explicit prefetch, DeepSpeed ZeRO "
+             "stages 1-3 with the same AdamW."),
+    ExperimentSpec(
+        "llm_ablation", "MegaScale's optimizations one after another, beside its Table 3", "llm",
+        figure="suite.analysis.llm_plots:ablation_figure", columns="ablation",
+        paper={"table3": "megascale_table3_ablation_175b_256gpu.csv"},
+        summary="suite.analysis.summaries:llm_ablation",
+        note="MegaScale's Table 3 ladder run here, each step keeping the previous ones. "
+             "MFU is taken at the baseline's FLOP count (tokens/s x step 0's FLOPs per "
+             "token), as a ladder of throughput; the paper's 175B model on 256 A100s gains "
+             "from overlap and kernels that a 2-core CPU cannot show."),
+    ExperimentSpec(
+        "llm_loss", "loss sanity on real text: AdamW vs LAMB at a larger batch, equal tokens",
+        "llm", figure="suite.analysis.llm_plots:loss_figure", columns="loss", curves=True,
+        summary="suite.analysis.summaries:llm_loss",
+        note="Loss sanity on the King James Bible (bytes): AdamW at the base batch against "
+             "LAMB at a larger batch with the same tokens (fewer steps), held-out loss on the "
+             "last 5% of the text."),
+    ExperimentSpec(
+        "llm_scale",
+        "MegaScale at cluster scale, on paper: an analytical model against Table 2 and Figure 9",
+        "scale", figure="suite.analysis.llm_plots:scale_figure", columns="scale",
+        summary="suite.analysis.summaries:llm_scale",
+        paper={"table2": "megascale_table2_175b_strong_scaling.csv",
+               "fig9": "megascale_fig9_530b_weak_scaling.csv"},
+        note="An analytical model of 3D-parallel training (compute at a fitted GEMM efficiency, "
+             "the interleaved pipeline bubble (p-1)/(v m), TP/PP/DP communication over "
+             "NVLink and the network with each system's overlap), calibrated on one Table 2 "
+             "row per system (ringed); every other point is a prediction. Assumptions: "
+             "suite/scale_model.py. The model is optimistic at scale: it misses part of the "
+             "MFU drop the paper reports (stragglers, imperfect overlap, network contention "
+             "are not in it)."),
+    ExperimentSpec(
+        "vwn_scaling",
+        "Virtual Width Networks: one backbone at expansions r = n/m, held-out loss vs tokens, "
+        "with seeds", "pretrain", figure="suite.analysis.pretrain_plots:vwn_figure",
+        runner="suite.experiments.vwn_width:measure_point",
+        table="suite.analysis.vwn_analysis:table_step",
+        columns="vwn", curves=True, summary="suite.analysis.summaries:vwn_scaling",
+        claims="suite.analysis.analyze:claims_of_table_step",
+        paper={"table1": "vwn_table1_a0.8b_m8_500b_tokens.csv", "headline": "vwn_headline.csv"},
+        note="reference_impl.vwn: one backbone (train.model) trained at each expansion "
+             "r = n/m with dynamic GHCs and the next-2-token module, byte-level King James "
+             "text, constant LR after warm-up, the same held-out windows for every run. "
+             "The r = 1 baseline has the GHCs frozen at the identity (a plain residual "
+             "transformer with the same output path and MTP module) and trains longer so "
+             "that S(T) can be read off its curve. Losses compare at the wide runs' token "
+             "count, paired by seed. The paper's numbers are an A0.8B-A3.3B MoE after "
+             "hundreds of billions of tokens: compare directions, not sizes."),
+    ExperimentSpec(
+        "pma_merging",
+        "checkpoint merging in pre-training (PMA): merged vs latest checkpoint, vs annealing, "
+        "and after a loss spike", "pretrain", figure="suite.analysis.pretrain_plots:pma_figure",
+        runner="suite.experiments.pma_merging:measure_point",
+        table="suite.analysis.pma_analysis:table_step",
+        columns="pma", curves=True, summary="suite.analysis.summaries:pma_merging",
+        claims="suite.analysis.analyze:claims_of_table_step",
+        paper={"headline": "pma_headline.csv"},
+        note="reference_impl.merging on the checkpoints of one constant-LR GPT run per "
+             "seed, saved every V0 steps: SMA, EMA and WMA of N checkpoints V apart, at "
+             "several points of training; forks that decay the LR to 0 over the last "
+             "steps (annealed models at the same tokens as the merges) and merging inside "
+             "them; a loss spike caused by a raised LR, then resumed from the SMA of the "
+             "pre-spike checkpoints, from the last one, and from the spiked weights. Loss is "
+             "held-out next-token loss; the paper reports downstream accuracy of MoE models."),
+]
+
+SPECS: dict[str, ExperimentSpec] = {}
+
+
+def register(spec: ExperimentSpec) -> ExperimentSpec:
+    """Add an experiment (a name may be registered once)."""
+    if spec.name in SPECS:
+        raise ValueError(f"experiment {spec.name!r} is already registered")
+    SPECS[spec.name] = spec
+    return spec
+
+
+for _spec in _SPECS:
+    register(_spec)
+
+
+def get(name: str) -> ExperimentSpec:
+    if name not in SPECS:
+        raise KeyError(f"unknown experiment {name!r}; registered: {sorted(SPECS)}")
+    return SPECS[name]
+
+
+def names(family: str | None = None) -> list[str]:
+    """Registered experiments (of one family), in registration order (the report's order)."""
+    if family is not None and family not in FAMILIES:
+        raise ValueError(f"family={family!r} is not one of {FAMILIES}")
+    return [n for n, s in SPECS.items() if family is None or s.family == family]
+
+
+def pattern(family: str | None = None) -> str:
+    """A regular expression matching exactly the experiments (of one family): the workflow's
+    wildcard constraints."""
+    return "|".join(re.escape(n) for n in names(family))

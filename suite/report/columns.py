@@ -1,0 +1,124 @@
+"""The report's table layouts: a header and a formatter per column, one layout per
+``ExperimentSpec.columns`` name. Formatting only: every value comes from the tidy table."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+# A section's table: (header, cell of a row) per column; experiments not listed get BERT_COLUMNS.
+Column = tuple[str, Callable[[dict[str, Any]], str]]
+
+
+def _num(key: str, spec: str) -> Callable[[dict[str, Any]], str]:
+    return lambda r: fmt(r.get(key), spec)
+
+
+def _range(low: str, high: str, spec: str) -> Callable[[dict[str, Any]], str]:
+    return lambda r: ("–" if r.get(low) is None else
+                      f"{fmt(r.get(low), spec)}–{fmt(r.get(high), spec)}")
+
+
+BERT_COLUMNS: list[Column] = [
+    ("system", lambda r: r["system"] + (f" ({r['step']})" if r.get("step") else "")),
+    ("subject", lambda r: str(r.get("subject"))),
+    ("batch", _num("batch_size", ".0f")), ("max len", _num("max_seq_len", ".0f")),
+    ("tokens", _num("total_tokens", ".0f")), ("median ms", _num("median_ms", ".2f")),
+    ("95% CI ms", _range("ci_low_ms", "ci_high_ms", ".2f")), ("IQR ms", _num("iqr_ms", ".2f")),
+    ("CV", _num("cv", ".2f")), ("n", _num("n_samples", ".0f")),
+    ("speedup", _num("speedup_vs_padded", ".2f")),
+    ("speedup 95% CI", _range("speedup_ci_low", "speedup_ci_high", ".2f")),
+    ("GEMM bound", _num("gemm_flop_bound", ".2f")),
+    ("attn bound", _num("attention_flop_bound", ".2f")),
+    ("% of GEMM bound", _num("pct_of_gemm_bound", ".0f")),
+    ("tokens/s", _num("tokens_per_s", ".0f")),
+    ("useful GFLOP/s", _num("useful_gflops_per_s", ".1f")),
+    ("% of measured peak", _num("pct_of_measured_peak", ".1f")),
+    ("peak it divides by", lambda r: "–" if r.get("measured_peak_library") is None else
+     f"{r['measured_peak_library']} {fmt(r.get('measured_peak_gflops_per_s'), '.0f')} GFLOP/s"),
+    ("% of theoretical", _num("pct_of_theoretical_peak", ".1f")),
+    ("GEMMs ran on", lambda r: str(r.get("gemm_library") or "–")),
+    ("GB/s", _num("min_gbytes_per_s", ".1f")), ("max abs err", _num("max_abs_err", ".1e")),
+]
+SCALE_COLUMNS: list[Column] = [
+    ("system", lambda r: r["system"]),
+    ("figure", lambda r: {"table2": "Table 2 (175B)", "fig9": "Fig. 9 (530B)"}[r["figure"]]),
+    ("GPUs", _num("gpus", ".0f")), ("batch", _num("batch_size", ".0f")),
+    ("paper s/iter", _num("paper_iteration_time_s", ".2f")),
+    ("model s/iter", _num("predicted_iteration_time_s", ".2f")),
+    ("time error", lambda r: fmt(100 * r["iteration_time_rel_error"]
+                                  if r.get("iteration_time_rel_error") is not None else None,
+                                  "+.1f") + "%"),
+    ("paper MFU %", _num("paper_mfu_percent", ".1f")),
+    ("model MFU %", _num("predicted_mfu_percent", ".1f")),
+    ("MFU error (points)", _num("mfu_error_points", "+.1f")),
+    ("bubble s", _num("bubble_s", ".2f")), ("exposed comm s", _num("exposed_comm_s", ".2f")),
+    ("calibration row", lambda r: "yes" if r.get("calibration") else ""),
+]
+TRAIN_COLUMNS: list[Column] = [
+    ("engine", lambda r: f"{r['system']} x{r['world_size']}"),
+    ("run", lambda r: r.get("technique") or r["label"]),
+    ("model", lambda r: f"{r['model']} ({r['n_params'] / 1e6:.1f}M)"),
+    ("seq", _num("seq_len", ".0f")), ("global batch", _num("global_batch", ".0f")),
+    ("optimizer", lambda r: str(r.get("optimizer"))),
+    ("step ms", _num("median_step_ms", ".1f")),
+    ("95% CI ms", _range("ci_low_ms", "ci_high_ms", ".1f")),
+    ("CV", _num("cv", ".2f")), ("n", _num("n_samples", ".0f")),
+    ("tokens/s", _num("tokens_per_s", ".0f")), ("MFU %", _num("mfu_percent", ".1f")),
+    ("HFU %", _num("hfu_percent", ".1f")),
+    ("MFU/HFU peak", lambda r: str(r.get("peak_source") or "–")),
+    ("peak MiB (rank 0)", _num("peak_mem_mb", ".0f")),
+    ("loss first→last", lambda r: f"{fmt(r.get('first_loss'), '.3f')}→"
+                                  f"{fmt(r.get('final_loss'), '.3f')}"),
+    ("gate: loss rel diff", _num("gate_max_rel_diff", ".1e")),
+]
+ABLATION_COLUMNS: list[Column] = [*TRAIN_COLUMNS[:2], ("MFU % at baseline FLOPs",
+                                                        _num("mfu_fixed_percent", ".1f")),
+                                  ("paper rows", lambda r: str(r.get("paper_steps") or "–")),
+                                  *TRAIN_COLUMNS[2:]]
+LOSS_COLUMNS: list[Column] = [*TRAIN_COLUMNS[:6], ("lr", _num("lr", "g")),
+                              ("tokens", _num("tokens_seen", ".0f")),
+                              ("train loss first→last", TRAIN_COLUMNS[-2][1]),
+                              ("held-out loss", _num("eval_loss", ".4f"))]
+def _ci(key: str, spec: str) -> Callable[[dict[str, Any]], str]:
+    """``mean [low, high]`` of a mean-over-seeds column."""
+    return lambda r: ("–" if r.get(key) is None else
+                      f"{fmt(r.get(key), spec)} [{fmt(r.get(key + '_ci_low'), spec)}, "
+                      f"{fmt(r.get(key + '_ci_high'), spec)}]")
+
+
+def _pct(key: str) -> Callable[[dict[str, Any]], str]:
+    return lambda r: "–" if r.get(key) is None else f"{100 * r[key]:+.0f}%"
+
+
+VWN_COLUMNS: list[Column] = [
+    ("variant", lambda r: f"r = {r['r']:g} (m={r['m']:.0f}, n={r['n']:.0f})"),
+    ("series", lambda r: str(r.get("series"))), ("seeds", _num("seeds", ".0f")),
+    ("tokens", _num("tokens", ".0f")),
+    ("next-token loss [95% CI]", _ci("next_token", ".4f")),
+    ("next-2-token loss", _ci("next_2_token", ".4f")),
+    ("next-token drop vs r=1", _ci("gap_next_token", "+.4f")),
+    ("next-2-token drop", _ci("gap_next_2_token", "+.4f")),
+    ("S(T) next-token", _ci("s_next_token", ".2f")),
+    ("S(T) next-2-token", _ci("s_next_2_token", ".2f")),
+    ("params", lambda r: f"{r['n_params'] / 1e3:.0f}k" if r.get("n_params") else "–"),
+    ("params vs r=1", _pct("params_overhead")), ("FLOPs/token vs r=1", _pct("flops_overhead")),
+    ("step ms", _num("step_ms", ".1f")), ("time vs r=1", _pct("time_overhead")),
+]
+PMA_COLUMNS: list[Column] = [
+    ("method", lambda r: str(r["method"]).upper()), ("N", _num("n", ".0f")),
+    ("V (steps)", _num("interval_steps", ".0f")), ("at step", _num("step", ".0f")),
+    ("seeds", _num("seeds", ".0f")), ("latest loss", _num("latest", ".4f")),
+    ("merged loss", _num("merged", ".4f")), ("gain (latest - merged)", _ci("gain", "+.4f")),
+]
+LAYOUTS: dict[str, list[Column]] = {"bert": BERT_COLUMNS, "train": TRAIN_COLUMNS,
+                                    "ablation": ABLATION_COLUMNS, "loss": LOSS_COLUMNS,
+                                    "scale": SCALE_COLUMNS, "vwn": VWN_COLUMNS,
+                                    "pma": PMA_COLUMNS}
+
+
+def fmt(value: Any, spec: str = ".3g") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return format(value, spec)
