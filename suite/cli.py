@@ -405,13 +405,13 @@ def _table(args: argparse.Namespace) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
-    import pandas as pd
 
     from suite.analysis.figure_io import FigureData
+    from suite.analysis.tidy import read_table
     from suite.peak.schema import read_peak
 
-    data = FigureData(pd.read_csv(args.table), _paper_tables(args.experiment, args.paper),
-                      curves=pd.read_csv(args.curves) if args.curves else None,
+    data = FigureData(read_table(args.table), _paper_tables(args.experiment, args.paper),
+                      curves=read_table(args.curves) if args.curves else None,
                       peak=read_peak(args.peak))
     experiments.load(experiments.get(args.experiment).figure)(data, args.out)
     return 0
@@ -421,6 +421,7 @@ def _analyze(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from suite.analysis.analyze import AnalysisInputs, analyze
+    from suite.analysis.tidy import read_table
     from suite.records import atomic_write_json
 
     spec = experiments.get(args.experiment)
@@ -429,8 +430,8 @@ def _analyze(args: argparse.Namespace) -> int:
     if unknown:
         raise ValueError(f"{spec.name} reads the tables of {list(spec.reads_tables) or 'none'}, "
                          f"not {unknown}")
-    inputs = AnalysisInputs(pd.read_csv(args.table), _paper_tables(spec.name, args.paper),
-                            {name: pd.read_csv(path) for name, path in others.items()},
+    inputs = AnalysisInputs(read_table(args.table), _paper_tables(spec.name, args.paper),
+                            {name: read_table(path) for name, path in others.items()},
                             pd.read_csv(args.claims) if args.claims else None, args.records)
     atomic_write_json(analyze(spec, inputs), args.out)
     return 0

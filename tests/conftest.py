@@ -60,6 +60,7 @@ def report_section(tmp_path, name, table, *, records=(), curves=None, claims=Non
 
     from suite.analysis.analyze import AnalysisInputs, analyze
     from suite.analysis.figure_io import FigureData
+    from suite.analysis.tidy import read_table
     from suite.experiments import registry
     from suite.report.render import Section
 
@@ -67,7 +68,7 @@ def report_section(tmp_path, name, table, *, records=(), curves=None, claims=Non
     spec = registry.get(name)
     csv = tmp_path / f"{name}.table.csv"
     table.to_csv(csv, index=False)
-    table = pd.read_csv(csv)  # as the next stage sees it
+    table = read_table(csv)  # as the next stage sees it
     paper = {role: pd.read_csv(root / path) for role, path in spec.paper_paths().items()}
     svg = registry.load(spec.figure)(FigureData(table, paper, curves, peak), tmp_path / name)[1]
     analysis = analyze(spec, AnalysisInputs(table, paper, tables or {}, claims, list(records)))

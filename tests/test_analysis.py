@@ -111,3 +111,21 @@ def test_gemm_library_column_gives_the_calls_each_library_took():
     assert gemm_library_text({"onednn_gemm_calls": 0, "mkl_gemm_calls": 0}) == \
         "its own (not torch's MKL or oneDNN)"
     assert gemm_library_text(None) is None
+
+
+def test_a_table_from_before_schema_2_still_plots_and_reports(tmp_path):
+    """Tables written before the rename name the system column ``baseline``; the workflow does
+    not rebuild them (their command did not change), so the next stages must read them."""
+    from suite.analysis.tidy import read_table
+
+    paths = write_all(tmp_path, [record("torch-eager", 64, [0.02, 0.021, 0.019]),
+                                 record("reference", 64, [0.01, 0.011, 0.009],
+                                        padding_free=True)])
+    old = tmp_path / "old.csv"
+    tidy_table(paths).rename(columns={"system": "baseline"}).to_csv(old, index=False)
+    table = read_table(old)
+    assert "system" in table and "baseline" not in table
+    assert set(table.system) == {"torch-eager", "reference"}
+    section = report_section(tmp_path, "bert_varlen", table, records=paths)
+    html = render_report([section], tmp_path / "index.html").read_text()
+    assert "reference" in html and "torch-eager" in html

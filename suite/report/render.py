@@ -19,6 +19,7 @@ import jinja2
 import pandas as pd
 
 from suite.correctness import REFERENCE, TOLERANCE
+from suite.analysis.tidy import read_table
 from suite.experiments.registry import SPECS, ExperimentSpec
 from suite.peak.schema import read_peak
 from suite.report.columns import LAYOUTS, fmt
@@ -41,7 +42,7 @@ def render_report(sections: list[Section], out: Path, *, peak_path: Path | None 
     """One section per experiment, the paper's claims beside what was measured, and every run
     that failed, was incorrect or unavailable."""
     specs = {s.experiment: _spec(s.experiment) for s in sections}
-    frames = {s.experiment: pd.read_csv(s.table) for s in sections}
+    frames = {s.experiment: read_table(s.table) for s in sections}
     analyses = {s.experiment: json.loads(Path(s.analysis).read_text()) for s in sections}
     df = pd.concat(frames.values(), ignore_index=True) if frames else pd.DataFrame()
     for column in ("status", "machine", "git_commit", "config_hash", "reason", "subject",
