@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
-CONFIG ?= workflows/config/smoke.yaml
+CONFIG ?= workflows/config/quick.yaml
 CORES ?= all
 SNAKEFLAGS ?=
 PYTEST_ARGS ?=
@@ -22,12 +22,16 @@ help:
 # The pinned stack: exact versions from requirements.lock, the project itself editable.
 EXAMPLE_PLUGIN := examples/seedbench-example-plugin
 
-$(STAMP): pyproject.toml requirements.lock $(EXAMPLE_PLUGIN)/pyproject.toml
+LOGGER_PLUGIN := workflows/logger
+
+$(STAMP): pyproject.toml requirements.lock $(EXAMPLE_PLUGIN)/pyproject.toml $(LOGGER_PLUGIN)/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check 'pip==25.3'
 	DS_BUILD_OPS=0 $(BIN)/python -m pip install -q -c requirements.lock -e '.[all]'
 	# the example plugin, installed as a user would install theirs (the tests run it)
 	$(BIN)/python -m pip install -q --no-deps -e $(EXAMPLE_PLUGIN)
+	# the progress lines of `make reproduce` (a Snakemake logger plugin; the local profile uses it)
+	$(BIN)/python -m pip install -q --no-deps -e $(LOGGER_PLUGIN)
 	touch $@
 
 venv: $(STAMP)

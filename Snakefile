@@ -1,5 +1,5 @@
 # seedbench workflow: config -> runs (one job, one process each) -> records -> table -> figures
-# -> report. Default config: the CPU-sized smoke sweep; see README for the paper-scale one.
+# and analyses -> report. Default config: quick.yaml (minutes on a CPU); README lists the others.
 from snakemake.utils import min_version
 
 from suite.experiments import registry as experiments
@@ -7,7 +7,11 @@ from suite.experiments import registry as experiments
 min_version("9.0")
 
 
-configfile: "workflows/config/smoke.yaml"
+# The quick default when no --configfile is given; a named config is complete on its own (it is
+# not merged over the default, so what it leaves out takes the schema's defaults).
+if not workflow.overwrite_configfiles:
+
+    configfile: "workflows/config/quick.yaml"
 
 
 wildcard_constraints:

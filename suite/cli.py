@@ -130,6 +130,17 @@ def main(argv: list[str] | None = None) -> int:
                          help="the records behind the table (provenance)")
     analyze.add_argument("--out", type=Path, required=True)
 
+    cmp = sub.add_parser("compare", help="two results folders (machines or commits) point by "
+                                         "point; exit 1 on a significant regression")
+    cmp.add_argument("base", help="a results folder, or a machine name under results/ or "
+                                  "results/published/")
+    cmp.add_argument("new", help="the same, compared against base")
+    cmp.add_argument("--threshold", type=float, default=0.05,
+                     help="a change counts when its whole 95%% CI is beyond 1 +/- this (0.05)")
+    cmp.add_argument("--noisy-cv", type=float, default=0.10,
+                     help="a point whose samples vary more than this CV is 'noisy' (0.10)")
+    cmp.add_argument("--out", type=Path, help="also write the Markdown table here")
+
     scale = sub.add_parser("scale-model",
                            help="the cluster-scale model vs MegaScale Table 2 and Fig. 9 -> CSV")
     _paper_argument(scale)
@@ -437,6 +448,33 @@ def _analyze(args: argparse.Namespace) -> int:
     return 0
 
 
+def _results_folder(name: str) -> Path:
+    """A folder as given, else a machine's folder under results/ or results/published/."""
+    for candidate in (Path(name), Path("results") / name, Path("results/published") / name):
+        if candidate.is_dir():
+            return candidate
+    raise ValueError(f"{name!r} is neither a folder nor a machine under results/ or "
+                     "results/published/")
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from suite.analysis.compare import compare, markdown
+
+    base, new = _results_folder(args.base), _results_folder(args.new)
+    table = compare(base, new, threshold=args.threshold, noisy_cv=args.noisy_cv)
+    text = markdown(table, str(base), str(new), args.threshold)
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
+    slower = table[table.verdict == "slower"]
+    if not slower.empty:
+        print(f"seedbench compare: {len(slower)} point(s) slower beyond "
+              f"{100 * args.threshold:g}%", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _scale_model(args: argparse.Namespace) -> int:
     import pandas as pd
 
@@ -468,7 +506,8 @@ COMMANDS = {"run": _run, "peak": _peak, "env": _env, "baselines": _baselines,
             "experiments": _experiments, "build-external": _build_external, "table": _table,
             "train": _train, "trainers": _trainers, "pretrain": _pretrain,
             "pretrain-table": _pretrain_table, "llm-table": _llm_table,
-            "plot": _plot, "analyze": _analyze, "scale-model": _scale_model, "report": _report}
+            "plot": _plot, "analyze": _analyze, "compare": _compare,
+            "scale-model": _scale_model, "report": _report}
 
 if __name__ == "__main__":
     sys.exit(main())

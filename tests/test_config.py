@@ -8,14 +8,16 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_shipped_configs_validate():
-    smoke = load(ROOT / "workflows/config/smoke.yaml")
-    cfg = BertVarlenConfig.from_dict(smoke["bert_varlen"])
+    sweep = load(ROOT / "workflows/config/cpu-sweep.yaml")
+    cfg = BertVarlenConfig.from_dict(sweep["bert_varlen"])
     assert cfg.points() == [(1, 64), (1, 128), (1, 256), (16, 64), (16, 128), (16, 256)]
     assert (cfg.model.layers, cfg.model.hidden, cfg.model.heads) == (12, 768, 12)
     paper = BertVarlenConfig.from_dict(load(ROOT / "workflows/config/paper.yaml")["bert_varlen"])
     assert paper.batch_sizes == (1, 2, 4, 8, 16)
     assert paper.max_seq_lens == tuple(range(64, 1025, 64))
     assert paper.dtype == "fp16"
+    for path in sorted((ROOT / "workflows/config").glob("*.yaml")):  # each complete on its own
+        validate(load(path))
 
 
 def test_defaults_are_filled():

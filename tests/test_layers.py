@@ -48,7 +48,7 @@ def test_planning_modules_import_without_torch(no_torch_env):
 
 
 def test_workflow_plans_without_torch(no_torch_env, tmp_path):
-    """``snakemake -n`` on the smoke config: the whole plan, from a copy of the workflow."""
+    """``snakemake -n`` on the full CPU sweep: the whole plan, from a copy of the workflow."""
     work = tmp_path / "work"
     work.mkdir()
     shutil.copy(ROOT / "Snakefile", work / "Snakefile")
@@ -56,6 +56,6 @@ def test_workflow_plans_without_torch(no_torch_env, tmp_path):
     shutil.copytree(ROOT / "results" / "paper", work / "results" / "paper")
     snakemake = Path(sys.executable).with_name("snakemake")
     cmd = [str(snakemake) if snakemake.exists() else "snakemake", "-n", "--cores", "1",
-           "--configfile", "workflows/config/smoke.yaml"]
+           "--configfile", "workflows/config/cpu-sweep.yaml"]
     proc = _run(cmd, no_torch_env, work)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -1,0 +1,148 @@
+"""Two results folders (two machines, or two commits on one machine) compared point by point.
+
+A point is (experiment, system, workload point). For every point timed on both sides: the ratio
+of medians new / base with a bootstrap CI (resampling each side's samples), and a verdict:
+
+- ``slower`` / ``faster``: the CI lies wholly beyond 1 -/+ ``threshold``;
+- ``noisy``: either side's coefficient of variation exceeds ``noisy_cv`` and the ratio is not
+  clearly beyond the threshold, so a change could not be told from noise;
+- ``same``: otherwise.
+
+A ``slower`` point is a regression. Records of different configs (config hash) or of different
+record schema versions are never compared: the comparison refuses (``CompareError``) and says
+which, as it does when the folders share no point.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from suite.records import Record, Status, read_record
+from suite.stats import ratio_of_medians_ci
+
+THRESHOLD = 0.05
+NOISY_CV = 0.10
+NOT_RECORDS = ("peak.json", "analysis.json")  # JSON beside the records that are no records
+
+
+class CompareError(ValueError):
+    """The two folders cannot be compared (nothing in common, different configs or schemas)."""
+
+
+@dataclass(frozen=True)
+class Loaded:
+    record: Record
+    path: Path
+    file_schema: int  # as written (read_record upgrades older ones in memory)
+
+
+def load_records(folder: str | Path) -> dict[tuple[str, str, str], Loaded]:
+    """Every record under ``folder`` by (experiment, system, point); a file that is not a valid
+    record raises with its path."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise CompareError(f"{folder} is not a folder of results")
+    out: dict[tuple[str, str, str], Loaded] = {}
+    for path in sorted(folder.rglob("*.json")):
+        if path.name in NOT_RECORDS or path.name.startswith("."):
+            continue
+        try:
+            raw = json.loads(path.read_text())
+            record = read_record(path)
+        except (ValueError, KeyError, TypeError) as e:
+            raise CompareError(f"{path}: not a readable record ({type(e).__name__}: {e})") from e
+        key = (record.experiment, record.system, json.dumps(record.point, sort_keys=True))
+        out[key] = Loaded(record, path, int(raw["schema_version"]))
+    return out
+
+
+def compare(base: str | Path, new: str | Path, *, threshold: float = THRESHOLD,
+            noisy_cv: float = NOISY_CV) -> pd.DataFrame:
+    """One row per point timed on both sides (see the module docstring)."""
+    if not threshold >= 0:
+        raise ValueError(f"threshold={threshold!r} must be >= 0 (a fraction: 0.05 is 5%)")
+    a, b = load_records(base), load_records(new)
+    common = sorted(set(a) & set(b))
+    if not common:
+        raise CompareError(f"{base} and {new} share no (experiment, system, point): nothing to "
+                           f"compare ({len(a)} and {len(b)} records)")
+    schemas = {a[k].file_schema for k in common}, {b[k].file_schema for k in common}
+    if schemas[0] != schemas[1]:
+        raise CompareError(f"record schema versions differ: {sorted(schemas[0])} in {base}, "
+                           f"{sorted(schemas[1])} in {new}; re-run one side with this suite")
+    configs = defaultdict(list)
+    for k in common:
+        ha, hb = a[k].record.config_hash, b[k].record.config_hash
+        if ha != hb:
+            configs[(ha, hb)].append(f"{k[0]}/{k[1]}")
+    if configs:
+        detail = "; ".join(f"{ha} vs {hb} ({', '.join(sorted(set(pts))[:4])})"
+                           for (ha, hb), pts in configs.items())
+        raise CompareError(f"the same points ran under different configs (config hash): "
+                           f"{detail}; compare runs of one config")
+    rows = [_row(k, a[k], b[k], threshold, noisy_cv) for k in common]
+    return pd.DataFrame(rows)
+
+
+def _row(key, base: Loaded, new: Loaded, threshold: float, noisy_cv: float) -> dict[str, Any]:
+    experiment, system, point = key
+    row: dict[str, Any] = {"experiment": experiment, "system": system,
+                           "point": _point_text(json.loads(point)),
+                           "base_status": base.record.status.value,
+                           "new_status": new.record.status.value}
+    sa, sb = _samples(base.record), _samples(new.record)
+    if sa is None or sb is None:
+        row["verdict"] = "not timed on both sides"
+        return row
+    ratio, low, high = ratio_of_medians_ci(sb, sa)  # new / base: > 1 is slower
+    cv = max(base.record.timing["stats"].get("cv") or 0.0,
+             new.record.timing["stats"].get("cv") or 0.0)
+    if low > 1 + threshold:
+        verdict = "slower"
+    elif high < 1 - threshold:
+        verdict = "faster"
+    elif cv > noisy_cv:
+        verdict = "noisy"
+    else:
+        verdict = "same"
+    row.update(base_ms=1e3 * pd.Series(sa).median(), new_ms=1e3 * pd.Series(sb).median(),
+               ratio=ratio, ci_low=low, ci_high=high, max_cv=cv, verdict=verdict)
+    return row
+
+
+def _samples(record: Record) -> list[float] | None:
+    samples = (record.timing or {}).get("samples")
+    return samples if record.status == Status.OK and samples else None
+
+
+def _point_text(point: dict[str, Any]) -> str:
+    keys = ("subject", "model", "op", "label", "batch_size", "max_seq_len", "world_size",
+            "global_batch", "seq_len", "step", "seed")
+    return " ".join(f"{k}={point[k]}" for k in keys if point.get(k) is not None)
+
+
+def markdown(table: pd.DataFrame, base: str, new: str, threshold: float) -> str:
+    """The comparison as a Markdown table, changes first, with a one-line verdict count."""
+    order = {"slower": 0, "faster": 1, "noisy": 2, "same": 3}
+    t = table.assign(_o=table.verdict.map(order).fillna(4)).sort_values(
+        ["_o", "experiment", "system", "point"])
+    counts = table.verdict.value_counts().to_dict()
+    lines = [f"**{new}** against **{base}**: " + ", ".join(f"{n} {v}" for v, n in
+                                                           sorted(counts.items())) +
+             f" (threshold {100 * threshold:g}%, ratio = new / base median time)", "",
+             "| experiment | system | point | base ms | new ms | ratio [95% CI] | verdict |",
+             "| --- | --- | --- | ---: | ---: | --- | --- |"]
+    for r in t.itertuples():
+        if pd.isna(getattr(r, "ratio", float("nan"))):
+            timing = f"– | – | – | {r.verdict} ({r.base_status} / {r.new_status})"
+        else:
+            timing = (f"{r.base_ms:.3g} | {r.new_ms:.3g} | {r.ratio:.3f} "
+                      f"[{r.ci_low:.3f}, {r.ci_high:.3f}] | {r.verdict}")
+        lines.append(f"| {r.experiment} | {r.system} | {r.point} | {timing} |")
+    return "\n".join(lines) + "\n"
