@@ -8,6 +8,8 @@ of medians new / base with a bootstrap CI (resampling each side's samples), and 
   clearly beyond the threshold, so a change could not be told from noise;
 - ``same``: otherwise.
 
+The CI resamples the samples within each run: it does not see what varies between runs (other
+tenants of a shared machine, frequency, memory placement), which a self-comparison shows.
 A ``slower`` point is a regression. Records of different configs (config hash) or of different
 record schema versions are never compared: the comparison refuses (``CompareError``) and says
 which, as it does when the folders share no point.
@@ -135,7 +137,9 @@ def markdown(table: pd.DataFrame, base: str, new: str, threshold: float) -> str:
     counts = table.verdict.value_counts().to_dict()
     lines = [f"**{new}** against **{base}**: " + ", ".join(f"{n} {v}" for v, n in
                                                            sorted(counts.items())) +
-             f" (threshold {100 * threshold:g}%, ratio = new / base median time)", "",
+             f" (threshold {100 * threshold:g}%, ratio = new / base median time; the CIs "
+             "resample each run's own samples, so noise between runs of a shared machine is "
+             "not in them: compare a machine with itself to see its size)", "",
              "| experiment | system | point | base ms | new ms | ratio [95% CI] | verdict |",
              "| --- | --- | --- | ---: | ---: | --- | --- |"]
     for r in t.itertuples():
