@@ -11,7 +11,7 @@ STAMP := $(VENV)/.seedbench-installed
 # Console scripts of the venv (seedbench, snakemake) for the workflow's shell rules.
 RUN := PATH="$(abspath $(BIN)):$$PATH"
 
-.PHONY: help venv reproduce test lint lock clean
+.PHONY: help venv reproduce test lint lock clean browser
 
 help:
 	@echo "make reproduce [CONFIG=workflows/config/paper.yaml]  run the workflow -> reports/index.html"
@@ -40,7 +40,17 @@ reproduce: $(STAMP)
 	$(RUN) $(BIN)/snakemake --profile workflows/profiles/local --configfile $(CONFIG) \
 		--cores $(CORES) $(SNAKEFLAGS)
 
-test: $(STAMP)
+# The report's browser test (tests/test_report_browser.py) opens the report in Debian's chromium
+# through chromedriver: installed here when absent and the user is root; otherwise it skips.
+browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+		  chromium chromium-driver >/dev/null; } \
+		|| echo "apt-get could not install chromium: the report's browser test will skip"; \
+	else echo "no chromium/chromedriver and not root: the report's browser test will skip"; fi
+
+test: $(STAMP) browser
 	$(RUN) $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)

@@ -69,6 +69,7 @@ def render_report(sections: list[Section], out: Path, *, peak_path: Path | None 
                       "figure_svg": _strip_xml_header(Path(s.figure_svg).read_text()),
                       "summary": analyses[s.experiment].get("summary", ""),
                       "claims": _claims(analyses[s.experiment], "verdicts"),
+                      "provenance": _provenance_text(analyses[s.experiment]),
                       **section_table(specs[s.experiment], frames[s.experiment])}
                      for s in sections],
         "problems": [_clean(r) for r in df[df.status != "ok"].to_dict("records")],
@@ -108,6 +109,20 @@ def _spec(name: str) -> ExperimentSpec:
 
 def _claims(analysis: dict[str, Any], layout: str) -> list[dict[str, Any]]:
     return analysis.get("claims") or [] if analysis.get("claims_layout") == layout else []
+
+
+def _provenance_text(analysis: dict[str, Any]) -> str:
+    """Where a section's runs come from, from its analysis: machine, commit, timer, threads."""
+    p = analysis.get("provenance") or {}
+    env, timing = p.get("env") or {}, p.get("timing") or {}
+    commit = (env.get("git") or {}).get("commit")
+    parts = [f"machine {env['machine']}" if env.get("machine") else "",
+             f"commit {commit[:12]}" + (" (uncommitted changes)"
+                                        if (env.get("git") or {}).get("dirty") else "")
+             if commit else "",
+             f"timer {timing['timer']}" if timing.get("timer") else "",
+             f"{timing['threads']} threads" if timing.get("threads") else ""]
+    return ", ".join(x for x in parts if x)
 
 
 def _strip_xml_header(svg: str) -> str:
