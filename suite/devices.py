@@ -13,7 +13,7 @@ from suite.records import Unavailable
 
 TORCH_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16,
                 "bf16": torch.bfloat16}
-DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+DTYPE_NAMES = {dtype: name for name, dtype in TORCH_DTYPES.items() if name != "tf32"}
 
 
 def torch_dtype(name: str) -> torch.dtype:

@@ -13,6 +13,7 @@ code and no framework.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from importlib import import_module
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Generic, TypeVar
@@ -82,3 +83,22 @@ class Registry(Generic[T]):
 
     def create(self, name: str, *args: Any, **kwargs: Any) -> T:
         return self.load(name)(*args, **kwargs)
+
+
+def lazy_exports(namespace: dict[str, Any], names: Iterable[str], source: str
+                 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """A package's ``__getattr__`` and ``__dir__`` that import ``names`` from ``source`` on first
+    access (then cache them in ``namespace``): a plugin group's package exports its contract
+    without importing the framework behind it until a plugin needs it."""
+    names = frozenset(names)
+
+    def __getattr__(name: str) -> Any:
+        if name in names:
+            value = namespace[name] = getattr(import_module(source), name)
+            return value
+        raise AttributeError(f"module {namespace['__name__']!r} has no attribute {name!r}")
+
+    def __dir__() -> list[str]:
+        return sorted(set(namespace) | names)
+
+    return __getattr__, __dir__

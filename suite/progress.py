@@ -17,8 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-STATUSES = ("ok", "unavailable", "incorrect", "failed")
-NOT_RECORDS = ("peak.json", "analysis.json")
+from suite.records import NOT_RECORDS, Status
+
+STATUSES = tuple(s.value for s in (Status.OK, Status.UNAVAILABLE, Status.INCORRECT,
+                                   Status.FAILED))
 
 
 def duration(seconds: float) -> str:

@@ -28,6 +28,8 @@ from typing import Any
 # 2: the system under test is ``system`` (it was ``baseline`` in 1, which still reads).
 SCHEMA_VERSION = 2
 READS = (1, 2)
+# JSON files the workflow writes beside the records under results/<machine>/ that are not records
+NOT_RECORDS = ("peak.json", "analysis.json")
 
 
 class Unavailable(RuntimeError):

@@ -51,11 +51,16 @@ def claims_of_table_step(inputs: AnalysisInputs) -> pd.DataFrame | None:
 
 def provenance(records: list[Path]) -> dict[str, Any]:
     """Environment and timing policy of the first successful record (else the first one)."""
-    loaded = [read_record(p) for p in records if Path(p).exists()]
-    loaded.sort(key=lambda r: r.status != Status.OK)
-    if not loaded:
+    first = None
+    for path in records:
+        if Path(path).exists():
+            record = read_record(path)
+            first = first or record
+            if record.status == Status.OK:
+                first = record
+                break
+    if first is None:
         return {"env": {}, "timing": {}}
-    first = loaded[0]
     timing = {k: v for k, v in (first.timing or {}).items() if k != "samples"}
     return {"env": first.env, "timing": timing, "record_schema": first.schema_version}
 

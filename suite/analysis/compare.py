@@ -25,12 +25,11 @@ from typing import Any
 
 import pandas as pd
 
-from suite.records import Record, Status, read_record
+from suite.records import NOT_RECORDS, Record, Status, read_record
 from suite.stats import ratio_of_medians_ci
 
 THRESHOLD = 0.05
 NOISY_CV = 0.10
-NOT_RECORDS = ("peak.json", "analysis.json")  # JSON beside the records that are no records
 
 
 class CompareError(ValueError):

@@ -58,14 +58,16 @@ def roofline_panel(ax, ok: pd.DataFrame, peak: dict | None) -> None:
            if e.get("flops_per_s")]
     for i, (lib, gflops) in enumerate(sorted(ran, key=lambda t: -t[1])):
         ax.axhline(gflops, color="k", ls=next(styles, ":"), lw=0.9)
-        # labels alternate ends so that close lines stay readable
-        ax.annotate(f"{lib} {gflops:.0f}", (len(points) - 1 if i % 2 == 0 else 0, gflops),
-                    fontsize=7, ha="right" if i % 2 == 0 else "left", va="bottom")
+        # labels alternate ends of the axis (x in axes units) so that close lines stay readable
+        ax.annotate(f"{lib} {gflops:.0f}", (0.99 if i % 2 == 0 else 0.01, gflops),
+                    xycoords=ax.get_yaxis_transform(), fontsize=7,
+                    ha="right" if i % 2 == 0 else "left", va="bottom")
     theory = (entry.get("theoretical") or {}).get("flops_per_s")
     if theory:
         ax.axhline(theory / 1e9, color="r", lw=1)
-        ax.annotate(f"theoretical {theory / 1e9:.0f}", ((len(points) - 1) / 2, theory / 1e9),
-                    fontsize=7, color="r", ha="center", va="bottom")
+        ax.annotate(f"theoretical {theory / 1e9:.0f}", (0.5, theory / 1e9),
+                    xycoords=ax.get_yaxis_transform(), fontsize=7, color="r", ha="center",
+                    va="bottom")
     ax.set_xticks(range(len(points)), [f"b{b}\nL{s}" for b, s in points])
     peak_text = "lines: GEMM peaks" if entry else "no peak.json: no lines"
     ax.set(title=f"roofline ({dtype}); {peak_text}", ylabel="useful GFLOP/s")
@@ -125,9 +127,10 @@ def _speedup_panel(ax, here: pd.DataFrame, paper_b: pd.DataFrame, b: int) -> Non
         ax.fill_between(g.max_seq_len, g.speedup_ci_low, g.speedup_ci_high, alpha=0.2)
     bounds = here.drop_duplicates("max_seq_len").sort_values("max_seq_len")
     if not bounds.empty:
-        ax.plot(bounds.max_seq_len, bounds.gemm_flop_bound, "k--", lw=1,
+        # markers too: a sweep of one max length draws no line
+        ax.plot(bounds.max_seq_len, bounds.gemm_flop_bound, "k--", lw=1, marker="_", ms=12,
                 label="GEMM FLOP bound sum(L)/sum(l)")
-        ax.plot(bounds.max_seq_len, bounds.attention_flop_bound, "k:", lw=1,
+        ax.plot(bounds.max_seq_len, bounds.attention_flop_bound, "k:", lw=1, marker="_", ms=12,
                 label="attention FLOP bound sum(L²)/sum(l²)")
     if not here.empty:  # the paper's curve over the lengths measured here, so they compare
         paper_b = paper_b[paper_b.max_seq_len <= here.max_seq_len.max()]

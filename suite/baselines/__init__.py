@@ -2,18 +2,8 @@
 point. The contract's names are loaded on first access, so that the registry (and the workflow
 that checks names against it) can be imported without torch."""
 
-from importlib import import_module
+from suite.plugins import lazy_exports
 
 __all__ = ["Baseline", "Supports", "Unavailable"]
 
-
-def __getattr__(name: str):
-    if name in __all__:
-        value = getattr(import_module("suite.baselines.base"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(globals(), __all__, "suite.baselines.base")

@@ -108,7 +108,10 @@ def _spec(name: str) -> ExperimentSpec:
 
 
 def _claims(analysis: dict[str, Any], layout: str) -> list[dict[str, Any]]:
-    return analysis.get("claims") or [] if analysis.get("claims_layout") == layout else []
+    """The section's claims rows if they are laid out as ``layout``, else none."""
+    if analysis.get("claims_layout") != layout:
+        return []
+    return analysis.get("claims") or []
 
 
 def _provenance_text(analysis: dict[str, Any]) -> str:

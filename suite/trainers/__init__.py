@@ -5,10 +5,9 @@ the workflow that checks names against it) can be imported without torch."""
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import TYPE_CHECKING
 
-from suite.plugins import Registry
+from suite.plugins import Registry, lazy_exports
 
 if TYPE_CHECKING:
     from suite.trainers.base import Trainer
@@ -19,14 +18,4 @@ registry: Registry[Trainer] = Registry(GROUP, "suite.trainers.base:Trainer", kin
 _BASE = ("DistInfo", "StepResult", "Trainer")
 __all__ = ["GROUP", *_BASE, "registry"]
 
-
-def __getattr__(name: str):
-    if name in _BASE:
-        value = getattr(import_module("suite.trainers.base"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_BASE))
+__getattr__, __dir__ = lazy_exports(globals(), _BASE, "suite.trainers.base")
