@@ -11,10 +11,12 @@ STAMP := $(VENV)/.seedbench-installed
 # Console scripts of the venv (seedbench, snakemake) for the workflow's shell rules.
 RUN := PATH="$(abspath $(BIN)):$$PATH"
 
-.PHONY: help venv reproduce test lint lock clean browser
+.PHONY: help venv reproduce report test lint lock clean browser
 
 help:
 	@echo "make reproduce [CONFIG=workflows/config/paper.yaml]  run the workflow -> reports/index.html"
+	@echo "make report                                         reports/index.html from the records of"
+	@echo "                                                    every machine under results/ (runs nothing)"
 	@echo "make test                                           run the test suite"
 	@echo "make lint                                           ruff + snakemake --lint (fails on any finding)"
 	@echo "make lock                                           rewrite requirements.lock from the venv"
@@ -40,6 +42,12 @@ reproduce: $(STAMP)
 	$(RUN) $(BIN)/snakemake --profile workflows/profiles/local --configfile $(CONFIG) \
 		--cores $(CORES) $(SNAKEFLAGS)
 
+# Tables, figures and the report from the records on disk of every machine folder under results/
+# and results/published/: no model runs (report_only in the config schema).
+report: $(STAMP)
+	$(RUN) $(BIN)/snakemake --profile workflows/profiles/local --configfile $(CONFIG) \
+		--config report_only=True --cores $(CORES) $(SNAKEFLAGS)
+
 # The report's browser test (tests/test_report_browser.py) opens the report in Debian's chromium
 # through chromedriver: installed here when absent and the user is root; otherwise it skips.
 browser:
@@ -56,6 +64,7 @@ test: $(STAMP) browser
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(RUN) $(BIN)/python workflows/lint.py --configfile $(CONFIG)
+	$(RUN) $(BIN)/python workflows/lint.py --configfile $(CONFIG) --config report_only=True
 
 lock: $(STAMP)
 	{ echo "# Exact versions this project is tested with (pip freeze of 'make venv', Python 3.11, CPU)."; \
@@ -63,5 +72,9 @@ lock: $(STAMP)
 	  $(BIN)/python -m pip freeze --exclude-editable | grep -v -E '^(seedbench.*|pip)[= @]' \
 	  | sed 's/^torch==\([0-9.]*\)+cpu/torch==\1/'; } > requirements.lock
 
+# This checkout's machine folders and everything make report rebuilt beside published records;
+# results/paper/ and the published records stay.
 clean:
-	rm -rf .snakemake reports results/*/
+	rm -rf .snakemake reports
+	find results -mindepth 1 -maxdepth 1 -type d ! -name paper ! -name published -exec rm -rf {} +
+	git clean -fdqX results/published

@@ -1,5 +1,6 @@
 # seedbench workflow: config -> runs (one job, one process each) -> records -> table -> figures
-# and analyses -> report. Default config: quick.yaml (minutes on a CPU); README lists the others.
+# and analyses -> report of every machine under results/. Default config: quick.yaml (minutes
+# on a CPU); README lists the others. make report: --config report_only=true.
 from snakemake.utils import min_version
 
 from suite.experiments import registry as experiments
@@ -24,10 +25,19 @@ wildcard_constraints:
 
 
 include: "workflows/rules/common.smk"
-include: "workflows/rules/peak.smk"
-include: "workflows/rules/bert_varlen.smk"
-include: "workflows/rules/llm.smk"
-include: "workflows/rules/pretrain.smk"
+
+
+# The runs of this machine; with report_only (make report) nothing runs and every machine
+# folder is rebuilt from the records on disk.
+if not REPORT_ONLY:
+
+    include: "workflows/rules/peak.smk"
+    include: "workflows/rules/bert_varlen.smk"
+    include: "workflows/rules/llm.smk"
+    include: "workflows/rules/pretrain.smk"
+
+
+include: "workflows/rules/tables.smk"
 include: "workflows/rules/report.smk"
 
 

@@ -146,12 +146,30 @@ def main(argv: list[str] | None = None) -> int:
     _paper_argument(scale)
     scale.add_argument("--out", type=Path, required=True)
 
-    report = sub.add_parser("report", help="tidy CSVs + figures -> HTML report")
-    report.add_argument("--section", nargs=4, action="append", required=True,
-                        metavar=("EXPERIMENT", "TABLE", "FIGURE_SVG", "ANALYSIS_JSON"))
-    report.add_argument("--peak", type=Path)
+    report = sub.add_parser("report", help="tidy CSVs + figures + analyses of every machine "
+                                           "folder -> HTML report")
+    report.add_argument("--machine", nargs=3, action="append",
+                        metavar=("FOLDER", "LABEL", "PEAK_JSON"),
+                        help="a machine folder, its label in the report and its peak.json "
+                             "(repeat; the first is shown first; default: the sections' "
+                             "folders, without a peak)")
+    report.add_argument("--section", nargs=5, action="append", required=True,
+                        metavar=("FOLDER", "EXPERIMENT", "TABLE", "FIGURE_SVG", "ANALYSIS_JSON"))
     report.add_argument("--config", type=Path)
     report.add_argument("--out", type=Path, required=True)
+
+    publish = sub.add_parser("publish", help="copy a machine folder's records into "
+                                             "results/published/<name>/ (then make report)")
+    publish.add_argument("source", type=Path, help="a machine folder, e.g. results/<machine>")
+    publish.add_argument("--name", help="the published folder's name (default: the source's)")
+    publish.add_argument("--replace", action="store_true",
+                         help="replace an already published folder of that name")
+
+    heads = sub.add_parser("headlines", help="the README's block of published results "
+                                             "(after make report) -> stdout or the README")
+    heads.add_argument("folders", type=Path, nargs="+", help="published machine folders")
+    heads.add_argument("--update-readme", type=Path, metavar="README",
+                       help="write the block between the README's markers instead")
 
     args = parser.parse_args(argv)
     try:
@@ -494,11 +512,36 @@ def _scale_model(args: argparse.Namespace) -> int:
     return 0
 
 
-def _report(args: argparse.Namespace) -> int:
-    from suite.report.render import Section, render_report
+def _publish(args: argparse.Namespace) -> int:
+    from suite.machine_results import publish, summarize
 
-    sections = [Section(e, Path(t), Path(f), Path(a)) for e, t, f, a in args.section]
-    render_report(sections, args.out, peak_path=args.peak, config_path=args.config)
+    dest, files = publish(args.source, args.name, replace=args.replace)
+    records = [p for p in files if p.suffix == ".json" and p.name != "peak.json"]
+    print(f"published {len(records)} records ({summarize(records)}) and "
+          f"{len(files) - len(records)} other files to {dest}/\n"
+          f"next: make report, then git add {dest}", file=sys.stderr)
+    return 0
+
+
+def _headlines(args: argparse.Namespace) -> int:
+    from suite.report.readme import headlines_markdown, update_readme
+
+    if args.update_readme:
+        changed = update_readme(args.update_readme, args.folders)
+        print(f"{args.update_readme}: {'updated' if changed else 'already up to date'}",
+              file=sys.stderr)
+    else:
+        print("\n\n".join(headlines_markdown(f) for f in args.folders))
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from suite.report.render import Machine, Section, render_report
+
+    machines = [Machine(folder, label, Path(peak))
+                for folder, label, peak in args.machine] if args.machine else None
+    sections = [Section(m, e, Path(t), Path(f), Path(a)) for m, e, t, f, a in args.section]
+    render_report(sections, args.out, machines=machines, config_path=args.config)
     return 0
 
 
@@ -507,7 +550,8 @@ COMMANDS = {"run": _run, "peak": _peak, "env": _env, "baselines": _baselines,
             "train": _train, "trainers": _trainers, "pretrain": _pretrain,
             "pretrain-table": _pretrain_table, "llm-table": _llm_table,
             "plot": _plot, "analyze": _analyze, "compare": _compare,
-            "scale-model": _scale_model, "report": _report}
+            "scale-model": _scale_model, "report": _report, "publish": _publish,
+            "headlines": _headlines}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -40,6 +40,7 @@ class Progress:
     durations: dict = field(default_factory=lambda: defaultdict(list))  # rule -> seconds
     outputs: list = field(default_factory=list)  # outputs of finished jobs
     failed_jobs: list = field(default_factory=list)  # (rule, jobid)
+    errors: list = field(default_factory=list)  # (rule, last line of its log)
     t0: float | None = None
 
     def plan(self, stats: dict[str, int]) -> None:
@@ -57,9 +58,18 @@ class Progress:
             self.durations[rule].append(self.clock() - start)
             self.outputs += outputs
 
-    def job_failed(self, jobid: int, rule: str) -> None:
+    def job_failed(self, jobid: int, rule: str, logs: list[str] = ()) -> None:
+        """A job that failed; the last line of each of its logs says why (e.g. which record
+        could not be read), so the summary can name it without the user opening the log."""
         self.started.pop(jobid, None)
         self.failed_jobs.append((rule, jobid))
+        for log in logs:
+            try:
+                lines = [x for x in Path(log).read_text(errors="replace").splitlines() if x.strip()]
+            except OSError:
+                continue
+            if lines:
+                self.errors.append((rule, lines[-1].strip()))
 
     def remaining_s(self) -> float | None:
         """Estimated seconds left, or None before any job has finished."""
@@ -111,6 +121,7 @@ class Progress:
         if self.failed_jobs:
             text += (f"; {len(self.failed_jobs)} job(s) failed in the workflow itself "
                      f"({', '.join(sorted({r for r, _ in self.failed_jobs}))}): see its log above")
+            text += "".join(f"\n[seedbench]   {rule}: {line}" for rule, line in self.errors)
         if unreadable:
             text += f"; unreadable: {', '.join(unreadable)}"
         return text

@@ -178,5 +178,11 @@ def atomic_write_json(obj: Any, path: str | os.PathLike) -> Path:
 
 
 def read_record(path: str | os.PathLike) -> Record:
-    with open(path) as f:
-        return Record.from_dict(json.load(f))
+    """The record at ``path``; a file that is not one (truncated, another format, a stray
+    JSON file) raises a ValueError that names it."""
+    try:
+        with open(path) as f:
+            return Record.from_dict(json.load(f))
+    except (ValueError, TypeError, KeyError, AttributeError) as e:
+        raise ValueError(f"{os.fspath(path)}: not a readable record ({type(e).__name__}: "
+                         f"{e})") from e

@@ -49,7 +49,7 @@ def count_onednn_calls(monkeypatch, module) -> dict[str, int]:
 
 
 def report_section(tmp_path, name, table, *, records=(), curves=None, claims=None, peak=None,
-                   tables=None):
+                   tables=None, machine="results/test-machine"):
     """One experiment through the stages after its table, as the workflow runs them: the
     figure and the analysis its spec names (with the paper CSVs it declares), written to
     files; returns the report ``Section``."""
@@ -74,4 +74,4 @@ def report_section(tmp_path, name, table, *, records=(), curves=None, claims=Non
     analysis = analyze(spec, AnalysisInputs(table, paper, tables or {}, claims, list(records)))
     out = tmp_path / f"{name}.analysis.json"
     out.write_text(json.dumps(analysis))
-    return Section(name, csv, svg, out)
+    return Section(machine, name, csv, svg, out)

@@ -59,10 +59,15 @@ def test_summary_counts_the_records_written(tmp_path):
     (tmp_path / "peak.json").write_text('{"status": "ok", "experiment": "no"}')
     p.job_started(1, "bert_point", outs + [str(tmp_path / "peak.json"), str(tmp_path / "t.csv")])
     p.job_finished(1)
-    p.job_failed(2, "figure")
+    log = tmp_path / "table.log"
+    log.write_text("Traceback ...\nseedbench table: error: r9.json: not a readable record\n\n")
+    p.job_failed(2, "bert_table", [str(log), str(tmp_path / "missing.log")])
     text = p.summary()
     assert "2 ok, 1 unavailable, 0 incorrect, 1 failed" in text
     assert "reports/index.html#problems" in text and "1 job(s) failed" in text
+    # why the job failed, from the last line of its log, without opening it
+    assert text.endswith("\n[seedbench]   bert_table: seedbench table: error: r9.json: not a "
+                         "readable record")
     assert Progress(clock=Clock()).summary() == ""  # nothing written: nothing to say
 
 

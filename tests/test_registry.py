@@ -128,8 +128,9 @@ def test_a_new_experiment_reaches_every_stage(tmp_path, monkeypatch, capsys, tin
     fastest = pd.read_csv(table).sort_values("median_ms").iloc[0]
     assert analysis["summary"] == (f"toy summary: {fastest.system} is fastest at "
                                    f"{fastest.median_ms:.1f} ms")
-    assert main(["report", "--section", "bert_toy", str(table), str(tmp_path / "fig.svg"),
-                 str(tmp_path / "analysis.json"), "--out", str(tmp_path / "index.html")]) == 0
+    assert main(["report", "--section", "results/toy", "bert_toy", str(table),
+                 str(tmp_path / "fig.svg"), str(tmp_path / "analysis.json"),
+                 "--out", str(tmp_path / "index.html")]) == 0
     html = (tmp_path / "index.html").read_text()
     assert "a toy experiment added by a test" in html and "toy note" in html
     assert analysis["summary"] in html

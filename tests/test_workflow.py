@@ -213,7 +213,7 @@ def test_workflow_end_to_end(workdir):
     # a figure per experiment, and the report with a section per experiment
     for experiment in ("bert_varlen", *expected):
         for suffix in ("png", "svg"):
-            figure = workdir / "reports" / "figures" / f"{experiment}.{suffix}"
+            figure = results / "figures" / f"{experiment}.{suffix}"
             assert figure.stat().st_size > 10_000
     html = (workdir / "reports" / "index.html").read_text()
     for experiment in ("bert_varlen", *expected):
@@ -264,8 +264,9 @@ def test_workflow_end_to_end(workdir):
         claims = pd.read_csv(results / experiment / "claims.csv")
         assert len(claims) >= 5 and claims.verdict.notna().all()
         assert (results / experiment / "curves.csv").stat().st_size > 0
-        assert f'<h2 id="{experiment}">' in html and f'id="{experiment}-claims"' in html
-        assert (workdir / "reports" / "figures" / f"{experiment}.png").stat().st_size > 10_000
+        assert f'<h2 id="{experiment}">' in html
+        assert f'id="{experiment}-on-results-{MACHINE}-claims"' in html
+        assert (results / "figures" / f"{experiment}.png").stat().st_size > 10_000
     vwn = pd.read_csv(results / "vwn_scaling" / "table.csv")
     assert set(vwn.label) == {"m2-n2", "m2-n4", "m1-n2"} and (vwn.seeds == 2).all()
     assert "loss falls log-linearly in r" in html and "pre-spike checkpoints" in html
@@ -276,6 +277,49 @@ def test_workflow_end_to_end(workdir):
     run_workflow(workdir, config)
     assert {p: p.stat().st_mtime_ns for p in results.rglob("*.json")} == mtimes
     assert (workdir / "reports" / "index.html").stat().st_mtime_ns == html_mtime
+
+    check_published_machine(workdir, config, results)
+
+
+def check_published_machine(workdir: Path, config: dict, results: Path) -> None:
+    """This run published as a second machine, then the report rebuilt from records alone
+    (make report): both machines side by side, nothing run again; a damaged published record
+    stops the rebuild and is named."""
+    from suite.machine_results import publish
+    from suite.report.readme import headlines_markdown
+
+    dest, files = publish(results, "other-box")
+    assert dest == Path("results/published/other-box")
+    assert {p.name for p in files} >= {"peak.json", "b3_l16.json", "zero1.json",
+                                       "zero1.steps.jsonl", "seed0.json"}
+    assert not [p for p in files if p.name in ("table.csv", "analysis.json") or
+                "figures" in p.parts or "logs" in p.parts]
+    records = {p: p.stat().st_mtime_ns for p in Path("results").rglob("*.json")
+               if p.parent.name not in ("llm_scale",) and p.name != "analysis.json"}
+    run_workflow(workdir, {**config, "report_only": True})
+    assert {p: p.stat().st_mtime_ns for p in records} == records  # nothing ran again
+    html = (workdir / "reports" / "index.html").read_text()
+    assert f"{MACHINE} (local)" in html and "other-box (published)" in html
+    assert 'id="machine-results-published-other-box"' in html
+    published = workdir / dest
+    for experiment in ("bert_varlen", "llm_mfu", "vwn_scaling"):
+        assert (published / "figures" / f"{experiment}.svg").stat().st_size > 10_000
+        assert f'id="{experiment}-on-results-published-other-box"' in html
+        # the same records on both machines: the same headline, side by side
+        text = json.loads((published / experiment / "analysis.json").read_text())["headline"]
+        assert html.count(f"<strong>{text['text']}</strong>") >= 2
+    assert "config file of this run" not in html  # a report-only build ran no config
+    block = headlines_markdown(dest)  # relative: the README links from the checkout root
+    assert "| bert_varlen | padding-free reference over torch-eager: **" in block
+    assert "(results/published/other-box/figures/bert_varlen.svg)" in block
+
+    broken = published / "bert_varlen" / "bert" / "reference" / "b3_l16.json"
+    broken.write_text(broken.read_text()[:200])
+    with pytest.raises(Exception) as failed:  # Snakemake's: a job did not complete
+        run_workflow(workdir, {**config, "report_only": True})
+    assert "bert_table" in str(failed.value) or "complete" in str(failed.value)
+    log = (published / "logs" / "bert_varlen" / "table.log").read_text()
+    assert f"{broken.relative_to(workdir)}: not a readable record (JSONDecodeError" in log
 
 
 def workflow_rules() -> set[str]:

@@ -1,6 +1,7 @@
 """The analysis step of one experiment: its tidy table (and the declared files beside it) ->
 ``analysis.json``, everything the report shows besides the table and the figure: the summary
-sentence, the paper's claims measured here, and the provenance of the runs (environment and
+sentence, the paper's claims measured here, the headline number set side by side across
+machines, and the provenance of the runs (environment and
 timing policy of one record). The report renders this file; it computes nothing.
 """
 
@@ -15,7 +16,7 @@ import pandas as pd
 from suite.experiments.registry import ExperimentSpec, load
 from suite.records import Status, read_record
 
-ANALYSIS_VERSION = 1
+ANALYSIS_VERSION = 2  # 2: headline
 
 
 @dataclass
@@ -34,12 +35,14 @@ class AnalysisInputs:
 def analyze(spec: ExperimentSpec, inputs: AnalysisInputs) -> dict[str, Any]:
     summary = load(spec.summary)(inputs) if spec.summary else ""
     claims = load(spec.claims)(inputs) if spec.claims else inputs.claims
+    headline = load(spec.headline)(inputs) if spec.headline else None
     return {
         "analysis_version": ANALYSIS_VERSION,
         "experiment": spec.name,
         "summary": summary,
         "claims_layout": spec.claims_layout,
         "claims": [] if claims is None else _json_rows(claims),
+        "headline": headline.to_dict() if headline is not None else None,
         "provenance": provenance(inputs.records),
     }
 

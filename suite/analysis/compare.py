@@ -54,10 +54,10 @@ def load_records(folder: str | Path) -> dict[tuple[str, str, str], Loaded]:
         if path.name in NOT_RECORDS or path.name.startswith("."):
             continue
         try:
-            raw = json.loads(path.read_text())
-            record = read_record(path)
-        except (ValueError, KeyError, TypeError) as e:
-            raise CompareError(f"{path}: not a readable record ({type(e).__name__}: {e})") from e
+            record = read_record(path)  # names the file when it is not a record
+        except ValueError as e:
+            raise CompareError(str(e)) from e
+        raw = json.loads(path.read_text())
         key = (record.experiment, record.system, json.dumps(record.point, sort_keys=True))
         out[key] = Loaded(record, path, int(raw["schema_version"]))
     return out

@@ -12,6 +12,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+# The same table gives the same SVG bytes (no date, fixed element ids): the published figures
+# are committed and a rebuild must not churn them.
+matplotlib.rcParams["svg.hashsalt"] = "seedbench"
+
 
 @dataclass
 class FigureData:
@@ -35,7 +39,7 @@ def save_figure(fig, out: Path) -> list[Path]:
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     paths = [out.with_suffix(".png"), out.with_suffix(".svg")]
-    fig.savefig(paths[0], dpi=110)
-    fig.savefig(paths[1])
+    fig.savefig(paths[0], dpi=110, metadata={"Software": None})
+    fig.savefig(paths[1], metadata={"Date": None})
     plt.close(fig)
     return paths

@@ -44,11 +44,18 @@ def llm_row(path: Path) -> dict:
         "first_loss": d.get("first_loss"), "final_loss": d.get("final_loss"),
         "eval_loss": d.get("eval_loss"), "tokens_seen": d.get("tokens_seen"),
         "gate_passed": c.get("passed"), "gate_max_rel_diff": c.get("max_rel_diff"),
-        "steplog": d.get("steplog"),
+        "steplog": _steplog(Path(path), d.get("steplog")),
         "machine": rec.env.get("machine"), "config_hash": rec.config_hash,
         "git_commit": rec.env.get("git", {}).get("commit"), "created_at": rec.created_at,
         "record": str(path),
     }
+
+
+def _steplog(record: Path, recorded: str | None) -> str | None:
+    """The step log beside the record (where the workflow writes it, and where it stays when
+    a machine's folder is copied or published), else the path the record names."""
+    beside = record.with_name(record.stem + ".steps.jsonl")
+    return str(beside) if beside.exists() else recorded
 
 
 def llm_table(paths: Iterable[str | Path]) -> pd.DataFrame:

@@ -94,4 +94,5 @@ def _add_speedups(df: pd.DataFrame, samples: dict, padded_baseline: str) -> pd.D
         else:
             speedups.append(ratio_of_medians_ci(samples[base["record"]], samples[row["record"]]))
     ratio, low, high = zip(*speedups) if speedups else ((), (), ())
-    return df.assign(speedup_vs_padded=ratio, speedup_ci_low=low, speedup_ci_high=high)
+    return df.assign(speedup_vs_padded=ratio, speedup_ci_low=low, speedup_ci_high=high,
+                     speedup_over=padded_baseline)

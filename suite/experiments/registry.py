@@ -41,6 +41,8 @@ class ExperimentSpec:
     - ``figure(FigureData, out)`` writes the PNG and SVG.
     - ``summary(AnalysisInputs) -> str``: the sentence above the section's table.
     - ``claims(AnalysisInputs) -> DataFrame``: the paper's claims, measured.
+    - ``headline(AnalysisInputs) -> Headline | None``: the one number the report sets side by
+      side across machines (``suite.analysis.headlines``).
 
     ``reads_tables``: other experiments' tables the analysis needs (when they are in the run).
     ``columns``: the report's table layout (``suite.report.columns``).
@@ -57,6 +59,7 @@ class ExperimentSpec:
     paper: dict[str, str] = field(default_factory=dict)
     summary: str | None = None
     claims: str | None = None
+    headline: str | None = None
     claims_layout: str = "verdicts"
     reads_tables: tuple[str, ...] = ()
     curves: bool = False  # the figure draws the table step's curves.csv
@@ -78,9 +81,15 @@ class ExperimentSpec:
         if self.claims_layout not in CLAIM_LAYOUTS:
             raise ValueError(f"{self.name}: claims_layout={self.claims_layout!r} is not one of "
                              f"{CLAIM_LAYOUTS}")
-        for ref in (self.figure, self.runner, self.table, self.summary, self.claims):
+        for ref in (self.figure, self.runner, self.table, self.summary, self.claims,
+                    self.headline):
             if ref is not None and not re.fullmatch(r"[\w.]+:\w+", ref):
                 raise ValueError(f"{self.name}: {ref!r} is not 'module:function'")
+
+    @property
+    def measured(self) -> bool:
+        """False for the analytical family: its section is the same on every machine."""
+        return self.family != "scale"
 
     def paper_paths(self) -> dict[str, str]:
         return {role: f"{PAPER_DIR}/{name}" for role, name in self.paper.items()}
@@ -100,6 +109,7 @@ _SPECS = [
         "bert_varlen",
         "BERT-base inference, padded frameworks vs padding-free (ByteTransformer)", "bert",
         figure="suite.analysis.plots:varlen_figure",
+        headline="suite.analysis.headlines:bert_reference",
         runner="suite.experiments.bert_varlen:measure_point",
         paper={"latency": _BT_LATENCY, "claims": _BT_CLAIMS},
         claims="suite.analysis.claims:framework_claims", claims_layout="frameworks",
@@ -113,6 +123,7 @@ _SPECS = [
         "bert_fixed",
         "the same frameworks with every sequence at max length (padding-free's control)", "bert",
         figure="suite.analysis.plots:fixed_figure",
+        headline="suite.analysis.headlines:bert_reference",
         runner="suite.experiments.bert_varlen:measure_point",
         note="Every sequence of the batch at the full length: there is no padding, so a "
              "padding-free system has nothing to skip. Its speedup here is what its kernels "
@@ -121,6 +132,7 @@ _SPECS = [
     ExperimentSpec(
         "bert_ablation", "the reference with the paper's optimizations turned on one by one",
         "bert", figure="suite.analysis.plots:ablation_figure",
+        headline="suite.analysis.headlines:bert_full_ladder",
         runner="suite.experiments.bert_varlen:measure_point",
         note="The reference with the paper's optimizations switched on one after "
              "another; speedups are over step 0 (padded, unfused). On CPU the fused "
@@ -132,6 +144,7 @@ _SPECS = [
     ExperimentSpec(
         "bert_variants", "ALBERT, DistilBERT, DeBERTa: padded HF vs padding-free", "bert",
         figure="suite.analysis.plots:variants_figure",
+        headline="suite.analysis.headlines:bert_reference",
         runner="suite.experiments.bert_varlen:measure_point",
         note="Each family at BERT-base size, padded HF eager against the padding-free "
              "reference; speedups over the padded HF model."),
@@ -139,6 +152,7 @@ _SPECS = [
         "bert_mha",
         "attention: varlen vs padded MHA (matmul+mask+softmax+matmul) and padded SDPA", "bert",
         figure="suite.analysis.plots:mha_figure",
+        headline="suite.analysis.headlines:bert_varlen_attention",
         runner="suite.experiments.bert_kernels:measure_point", paper={"claims": _BT_CLAIMS},
         note="Attention alone on BERT-base-shaped Q/K/V (12 heads x 64): varlen attention on "
              "the packed tokens and padded SDPA, against the padded matmul + mask + softmax + "
@@ -147,12 +161,14 @@ _SPECS = [
     ExperimentSpec(
         "bert_fused_ops", "add-bias+LayerNorm and GEMM+bias+GELU: fused vs unfused", "bert",
         figure="suite.analysis.plots:fused_ops_figure",
+        headline="suite.analysis.headlines:bert_fused",
         runner="suite.experiments.bert_kernels:measure_point",
         note="The two element-wise epilogues ByteTransformer fuses, on the packed "
              "tokens. LayerNorm is memory-bound: its figure is GB/s of least traffic."),
     ExperimentSpec(
         "llm_mfu", "GPT training MFU and tokens/s: model sizes x distributed engines (MegaScale)",
-        "llm", figure="suite.analysis.llm_plots:mfu_sweep_figure", columns="train",
+        "llm", figure="suite.analysis.llm_plots:mfu_sweep_figure",
+        headline="suite.analysis.headlines:llm_best_mfu", columns="train",
         note="GPT training runs of reference_impl.gpt under the engines, each checked first "
              "against a single-process run of the same global batches (losses and gradient "
              "norms). MFU = tokens/s x model FLOPs per token (matmuls, forward + backward, no "
@@ -161,13 +177,15 @@ _SPECS = [
              "the per-GPU peak x GPUs. Warm-up steps are left out."),
     ExperimentSpec(
         "llm_engines", "DDP, FSDP2 and DeepSpeed ZeRO-1/2/3 at equal model and global batch",
-        "llm", figure="suite.analysis.llm_plots:engines_figure", columns="train",
+        "llm", figure="suite.analysis.llm_plots:engines_figure",
+        headline="suite.analysis.headlines:llm_fastest_engine", columns="train",
         note="The same model and global batch under each engine (2 processes, gloo on a "
              "CPU, NCCL on GPUs); FSDP2 with and without explicit prefetch, DeepSpeed ZeRO "
              "stages 1-3 with the same AdamW."),
     ExperimentSpec(
         "llm_ablation", "MegaScale's optimizations one after another, beside its Table 3", "llm",
-        figure="suite.analysis.llm_plots:ablation_figure", columns="ablation",
+        figure="suite.analysis.llm_plots:ablation_figure",
+        headline="suite.analysis.headlines:llm_ablation_gain", columns="ablation",
         paper={"table3": "megascale_table3_ablation_175b_256gpu.csv"},
         summary="suite.analysis.summaries:llm_ablation",
         note="MegaScale's Table 3 ladder run here, each step keeping the previous ones. "
@@ -176,7 +194,8 @@ _SPECS = [
              "from overlap and kernels that a 2-core CPU cannot show."),
     ExperimentSpec(
         "llm_loss", "loss sanity on real text: AdamW vs LAMB at a larger batch, equal tokens",
-        "llm", figure="suite.analysis.llm_plots:loss_figure", columns="loss", curves=True,
+        "llm", figure="suite.analysis.llm_plots:loss_figure",
+        headline="suite.analysis.headlines:llm_loss_gap", columns="loss", curves=True,
         summary="suite.analysis.summaries:llm_loss",
         note="Loss sanity on the King James Bible (bytes): AdamW at the base batch against "
              "LAMB at a larger batch with the same tokens (fewer steps), held-out loss on the "
@@ -184,7 +203,8 @@ _SPECS = [
     ExperimentSpec(
         "llm_scale",
         "MegaScale at cluster scale, on paper: an analytical model against Table 2 and Figure 9",
-        "scale", figure="suite.analysis.llm_plots:scale_figure", columns="scale",
+        "scale", figure="suite.analysis.llm_plots:scale_figure",
+        headline="suite.analysis.headlines:llm_scale_error", columns="scale",
         summary="suite.analysis.summaries:llm_scale",
         paper={"table2": "megascale_table2_175b_strong_scaling.csv",
                "fig9": "megascale_fig9_530b_weak_scaling.csv"},
@@ -199,6 +219,7 @@ _SPECS = [
         "vwn_scaling",
         "Virtual Width Networks: one backbone at expansions r = n/m, held-out loss vs tokens, "
         "with seeds", "pretrain", figure="suite.analysis.pretrain_plots:vwn_figure",
+        headline="suite.analysis.headlines:first_claim",
         runner="suite.experiments.vwn_width:measure_point",
         table="suite.analysis.vwn_analysis:table_step",
         columns="vwn", curves=True, summary="suite.analysis.summaries:vwn_scaling",
@@ -216,6 +237,7 @@ _SPECS = [
         "pma_merging",
         "checkpoint merging in pre-training (PMA): merged vs latest checkpoint, vs annealing, "
         "and after a loss spike", "pretrain", figure="suite.analysis.pretrain_plots:pma_figure",
+        headline="suite.analysis.headlines:first_claim",
         runner="suite.experiments.pma_merging:measure_point",
         table="suite.analysis.pma_analysis:table_step",
         columns="pma", curves=True, summary="suite.analysis.summaries:pma_merging",

@@ -84,6 +84,19 @@ def cpu_facts(cpuinfo_text: str | None = None, lscpu_text: str | None = None) ->
             "arch": ls.get("Architecture") or platform.machine()}
 
 
+# The vector ISA extensions a reader of a machines table looks for, widest first.
+_ISA_NAMES = (("amx_tile", "AMX"), ("avx512f", "AVX-512"), ("avx512_vnni", "VNNI"),
+              ("avx512_bf16", "BF16"), ("avx512_fp16", "FP16"), ("avx2", "AVX2"),
+              ("fma", "FMA"), ("asimd", "NEON"), ("sve", "SVE"))
+
+
+def isa_summary(facts: dict | None) -> str:
+    """The vector extensions among a CPU's flags, e.g. 'AVX-512, VNNI, AVX2, FMA'."""
+    flags = set((facts or {}).get("flags") or ())
+    found = [name for flag, name in _ISA_NAMES if flag in flags]
+    return ", ".join(found) if found else "not recorded"
+
+
 def _vector_bits(facts: dict) -> tuple[int | None, str]:
     """Widest vector FMA the flags allow (a VM may hide flags, which only lowers the peak)."""
     flags = set(facts.get("flags") or ())

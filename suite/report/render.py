@@ -1,15 +1,16 @@
-"""Tidy tables + figures + analyses -> a self-contained HTML page (figures inlined, so one file
-publishes).
+"""Tidy tables + figures + analyses of every machine folder -> a self-contained HTML page
+(figures inlined, so one file publishes).
 
-The report renders what the stages before it wrote: each section's tidy table, its figure and
-its ``analysis.json`` (summary, claims, provenance), plus ``peak.json`` and the config. It reads
-no record and computes no result.
+The report renders what the stages before it wrote: per machine, each section's tidy table, its
+figure and its ``analysis.json`` (summary, claims, headline, provenance), and the machine's
+``peak.json``; plus the config. It reads no record and computes no result.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,70 +22,174 @@ import pandas as pd
 from suite.correctness import REFERENCE, TOLERANCE
 from suite.analysis.tidy import read_table
 from suite.experiments.registry import SPECS, ExperimentSpec
+from suite.peak.cpu_theory import isa_summary
 from suite.peak.schema import read_peak
 from suite.report.columns import LAYOUTS, fmt
 
 TEMPLATES = Path(__file__).parent / "templates"
+# What the failures table shows of a row (tables of some families lack a few of them).
+PROBLEM_COLUMNS = ("experiment", "system", "subject", "batch_size", "max_seq_len", "status",
+                   "reason")
+
+
+@dataclass(frozen=True)
+class Machine:
+    """One machine folder: ``path`` (results/<name> or results/published/<name>), the label
+    the report gives it, and its ``peak.json``."""
+
+    path: str
+    label: str
+    peak: Path | None = None
 
 
 @dataclass(frozen=True)
 class Section:
-    """One experiment's declared files: tidy table, figure SVG, ``analysis.json``."""
+    """One experiment's declared files in one machine folder: tidy table, figure SVG,
+    ``analysis.json``."""
 
+    machine: str
     experiment: str
     table: Path
     figure_svg: Path
     analysis: Path
 
 
-def render_report(sections: list[Section], out: Path, *, peak_path: Path | None = None,
+def render_report(sections: list[Section], out: Path, *, machines: list[Machine] | None = None,
                   config_path: Path | None = None) -> Path:
-    """One section per experiment, the paper's claims beside what was measured, and every run
-    that failed, was incorrect or unavailable."""
-    specs = {s.experiment: _spec(s.experiment) for s in sections}
-    frames = {s.experiment: read_table(s.table) for s in sections}
-    analyses = {s.experiment: json.loads(Path(s.analysis).read_text()) for s in sections}
-    df = pd.concat(frames.values(), ignore_index=True) if frames else pd.DataFrame()
-    for column in ("status", "machine", "git_commit", "config_hash", "reason", "subject",
-                   "batch_size", "max_seq_len", "system"):  # absent from tables of no record
-        if column not in df:
-            df[column] = None
-    provenance = next((a["provenance"] for a in analyses.values()
-                       if a.get("provenance", {}).get("env")), {"env": {}, "timing": {}})
-    env = provenance["env"]
-    context = {
-        "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "env": env,
-        "machines": sorted(df.machine.dropna().unique()),
-        "commits": sorted({f"{c[:12]}" for c in df.git_commit.dropna().unique()}),
-        "dirty": bool(env.get("git", {}).get("dirty")),
-        "config_text": Path(config_path).read_text() if config_path else None,
-        "config_hashes": sorted(df.config_hash.dropna().unique()),
-        "timing": provenance["timing"],
-        "peak": read_peak(peak_path),
-        "reference": REFERENCE,
-        "tolerance": TOLERANCE,
-        "sections": [{"id": s.experiment, "title": specs[s.experiment].title,
-                      "note": specs[s.experiment].note,
-                      "figure_svg": _strip_xml_header(Path(s.figure_svg).read_text()),
-                      "summary": analyses[s.experiment].get("summary", ""),
-                      "claims": _claims(analyses[s.experiment], "verdicts"),
-                      "provenance": _provenance_text(analyses[s.experiment]),
-                      **section_table(specs[s.experiment], frames[s.experiment])}
-                     for s in sections],
-        "problems": [_clean(r) for r in df[df.status != "ok"].to_dict("records")],
-        "claims": [row for a in analyses.values() for row in _claims(a, "frameworks")],
-        "counts": df.status.value_counts().to_dict(),
-    }
+    """The machines side by side (their facts, each experiment's headline number), then one
+    section per experiment with a block per machine: figure, table, the paper's claims beside
+    what was measured, provenance; and every run that failed, was incorrect or unavailable.
+
+    ``machines``: labels and peak.json files, in the order shown; by default each sections'
+    folder, labelled by its name, with no peak."""
+    if machines is None:
+        folders = dict.fromkeys(s.machine for s in sections)
+        machines = [Machine(f, Path(f).name) for f in folders]
+    by_path = {m.path: m for m in machines}
+    for s in sections:
+        if s.machine not in by_path:
+            raise ValueError(f"section {s.experiment} names machine {s.machine!r}; given "
+                             f"machines: {sorted(by_path)}")
+    peaks = {m.path: read_peak(m.peak) for m in machines}
+    frames = {(s.machine, s.experiment): read_table(s.table) for s in sections}
+    analyses = {(s.machine, s.experiment): _read_analysis(s.analysis) for s in sections}
+    experiments = [name for name in SPECS if any(s.experiment == name for s in sections)]
+    first = machines[0].path if machines else None
     env_j = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES),
                                autoescape=jinja2.select_autoescape(["html", "j2"]),
                                undefined=jinja2.StrictUndefined)
     env_j.filters["fmt"] = fmt
-    html = env_j.get_template("index.html.j2").render(**context)
+    html = env_j.get_template("index.html.j2").render(
+        generated_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        machines=[_machine_row(m, peaks[m.path],
+                               [frames[k] for k in frames if k[0] == m.path],
+                               [analyses[k] for k in analyses if k[0] == m.path])
+                  for m in machines],
+        headlines=[_headline_row(e, machines, analyses) for e in experiments],
+        sections=[_section(e, [s for s in sections if s.experiment == e], by_path, frames,
+                           analyses) for e in experiments],
+        problems=[{**dict.fromkeys(PROBLEM_COLUMNS), **_clean(r),
+                    "machine_label": by_path[path].label}
+                  for (path, _), df in frames.items() if "status" in df
+                  for r in df[df.status != "ok"].to_dict("records")],
+        claims=[{**row, "machine_label": by_path[path].label}
+                for (path, _), a in analyses.items() for row in _claims(a, "frameworks")],
+        counts=_counts(frames.values()),
+        config_text=Path(config_path).read_text() if config_path else None,
+        timing=next((a["provenance"]["timing"] for k, a in analyses.items()
+                     if k[0] == first and a.get("provenance", {}).get("timing")), {}),
+        reference=REFERENCE, tolerance=TOLERANCE,
+        peaks=[(m.label, peaks[m.path]) for m in machines],
+    )
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(html)
     return out
+
+
+def _read_analysis(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(Path(path).read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON ({e})") from e
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def _anchor(experiment: str, machine: str) -> str:
+    """The HTML id of an experiment's block of one machine folder."""
+    return f"{experiment}-on-{_slug(machine)}"
+
+
+def _counts(frames) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for df in frames:
+        if "status" in df:
+            for status, n in df.status.value_counts().items():
+                counts[status] = counts.get(status, 0) + int(n)
+    return counts
+
+
+def _machine_row(machine: Machine, peak: dict[str, Any] | None, frames: list[pd.DataFrame],
+                 analyses: list[dict[str, Any]]) -> dict[str, Any]:
+    """A machine's facts from its peak.json and the provenance of its sections' records."""
+    peak = peak or {}
+    envs = [a["provenance"]["env"] for a in analyses if (a.get("provenance") or {}).get("env")]
+    env = envs[0] if envs else peak.get("env") or {}
+    commits = sorted({c[:12] for df in frames if "git_commit" in df
+                      for c in df.git_commit.dropna().astype(str).unique()})
+    gpu = env.get("gpu")
+    device = (f"{gpu['count']} x {gpu['name']}" if gpu else
+              (peak.get("cpu") or {}).get("model_name") or env.get("cpu_model") or "?")
+    libraries = []
+    for dtype, entry in (peak.get("peaks") or {}).items():
+        best = (entry.get("measured") or {}).get("library")
+        for lib, e in entry.get("libraries", {}).items():
+            libraries.append({"dtype": dtype, "library": lib, "best": lib == best,
+                              "gflops": e["flops_per_s"] / 1e9 if e["status"] == "ok" else None,
+                              "status": e["status"], "reason": e.get("reason", "")})
+    return {
+        "id": "machine-" + _slug(machine.path), "label": machine.label, "path": machine.path,
+        "device": device, "device_type": peak.get("device_type", "?"),
+        "isa": "–" if gpu else isa_summary(peak.get("cpu")),
+        "cores": env.get("cpu_cores"), "threads": peak.get("threads"),
+        "libraries": libraries, "packages": env.get("packages") or {},
+        "platform": env.get("platform"), "python": env.get("python"),
+        "commits": commits, "dirty": any((e.get("git") or {}).get("dirty") for e in envs),
+        "counts": _counts(frames),
+    }
+
+
+def _headline_row(experiment: str, machines: list[Machine],
+                  analyses: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
+    cells = [(analyses.get((m.path, experiment)) or {}).get("headline") for m in machines]
+    shown = next((c for c in cells if c), None)
+    return {"id": experiment, "title": SPECS[experiment].title,
+            "metric": shown["metric"] if shown else "",
+            "same_everywhere": bool(shown and shown.get("machine_independent")),
+            "cells": cells}
+
+
+def _section(experiment: str, sections: list[Section], machines: dict[str, Machine],
+             frames, analyses) -> dict[str, Any]:
+    """An experiment's blocks, one per machine (one only when it is not a measurement)."""
+    spec = _spec(experiment)
+    if not spec.measured:
+        sections = sections[:1]
+    blocks = []
+    for s in sections:
+        key = (s.machine, experiment)
+        analysis = analyses[key]
+        blocks.append({"id": _anchor(experiment, s.machine), "label": machines[s.machine].label,
+                       "figure_svg": _strip_xml_header(Path(s.figure_svg).read_text()),
+                       "summary": analysis.get("summary", ""),
+                       "claims": _claims(analysis, "verdicts"),
+                       "provenance": _provenance_text(analysis),
+                       **section_table(spec, frames[key])})
+    return {"id": experiment, "title": spec.title, "note": spec.note, "blocks": blocks,
+            "measured": spec.measured}
 
 
 def section_table(spec: ExperimentSpec, table: pd.DataFrame) -> dict[str, Any]:

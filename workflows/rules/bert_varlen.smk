@@ -33,18 +33,3 @@ rule bert_point:
         " --system {wildcards.system}"
         " --batch-size {wildcards.batch} --max-seq-len {wildcards.max_len}"
         " --section-json {params.section:q} --peak {input.peak} --out {output} 2> {log}"
-
-
-rule bert_table:
-    input:
-        records,
-    output:
-        f"{RESULTS}/{{experiment}}/table.csv",
-    wildcard_constraints:
-        experiment=experiments.pattern("bert"),
-    log:
-        f"{RESULTS}/logs/{{experiment}}/table.log",
-    params:
-        padded=lambda wildcards: speedup_baseline(BERT, wildcards.experiment),
-    shell:
-        "seedbench table {input} --padded-baseline {params.padded} --out {output} 2> {log}"

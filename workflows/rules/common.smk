@@ -2,6 +2,7 @@
 # live here and the rules in their own files, as the Snakemake linter asks).
 import json
 import os
+import re
 
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
@@ -11,6 +12,7 @@ from suite.baselines.external_build import BUILD_ROOT, STAMP as EXTERNAL_STAMP
 from suite.baselines.registry import baselines
 from suite.config import EXTERNAL_PREFIX, BertVarlenConfig
 from suite.env import machine_slug
+from suite import machine_results
 from suite.experiments import llm_plan, pretrain_plan
 from suite.experiments import registry as experiments
 from suite.experiments.plan import jobs, speedup_baseline
@@ -28,6 +30,8 @@ validate(config, str(suite_config.SCHEMA_PATH))
 MACHINE = machine_slug() if config["machine"] == "auto" else config["machine"]
 RESULTS = f"results/{MACHINE}"
 REPORTS = "reports"
+# report_only (make report): every machine folder is read from disk and nothing runs.
+REPORT_ONLY = config["report_only"]
 # Timed jobs claim every core so that nothing runs beside them. `workflow.cores` raises where no
 # --cores is given (--report, --lint), where the value does not matter.
 TIMED_THREADS = workflow._cores or 1
@@ -105,14 +109,41 @@ def pretrain_threads(wildcards):
     return train.get("threads") or TIMED_THREADS
 
 
-# ---- sections of the report: every experiment this config runs, in registry order.
-# What the figure and analysis of each read is declared by its spec (suite.experiments.registry).
+# ---- the machines of the report: this run's folder (its records are the plan's, run here when
+# missing) and every other machine folder under results/ and results/published/ (their records
+# are what is on disk: suite.machine_results). Derived files go beside each machine's records.
+# What the figure and analysis of each section read is declared by its spec
+# (suite.experiments.registry).
 RUN = {*BERT_JOBS, *LLM_EXPERIMENTS, *PRETRAIN_PLAN}
-SECTIONS = [name for name in experiments.names() if name in RUN]
+PLANNED = None if REPORT_ONLY else RESULTS
+MACHINES = {m.path: m for m in machine_results.discover()}
+if PLANNED:
+    MACHINES[PLANNED] = machine_results.MachineResults(PLANNED, published=False)
+if not MACHINES:
+    raise WorkflowError("no machine's results under results/ or results/published/ (a folder "
+                        "with a peak.json): run `make reproduce` first")
+MACHINE_ROOTS = sorted(MACHINES, key=lambda p: (p != PLANNED, MACHINES[p].published, p))
 
 
-def records_of(experiment):
-    """The records behind the table of one experiment (none for the analytical scale model)."""
+def sections_of(root):
+    """The experiments a machine folder's report sections cover, in registry order."""
+    if root == PLANNED:
+        return [name for name in experiments.names() if name in RUN]
+    return machine_results.experiments_on_disk(root)
+
+
+SECTIONS = {root: sections_of(root) for root in MACHINE_ROOTS}
+
+
+wildcard_constraints:
+    root="|".join(re.escape(root) for root in MACHINE_ROOTS),
+
+
+def records_of(root, experiment):
+    """The records behind the table of one experiment in one machine folder (none for the
+    analytical scale model)."""
+    if root != PLANNED:
+        return machine_results.records_on_disk(root, experiment)
     family = experiments.get(experiment).family
     if family == "bert":
         return [job.path(RESULTS) for job in BERT_JOBS[experiment]]
@@ -124,7 +155,18 @@ def records_of(experiment):
 
 
 def records(wildcards):
-    return records_of(wildcards.experiment)
+    return records_of(wildcards.root, wildcards.experiment)
+
+
+def padded_baseline(wildcards):
+    """What the speedups of a BERT table divide by: this config's padded baseline, or the one
+    the records on disk were run with."""
+    if wildcards.root == PLANNED:
+        padded = BERT.padded_baseline
+    else:
+        section = machine_results.record_config(records(wildcards))
+        padded = section.get("padded_baseline", BERT.padded_baseline)
+    return speedup_baseline(padded, wildcards.experiment)
 
 
 def paper_inputs(experiment):
@@ -141,12 +183,12 @@ def paper_flags(experiment, input):
 
 
 def figure_inputs(wildcards):
-    spec = experiments.get(wildcards.experiment)
-    inputs = {"table": f"{RESULTS}/{spec.name}/table.csv", **paper_inputs(spec.name)}
+    spec, root = experiments.get(wildcards.experiment), wildcards.root
+    inputs = {"table": f"{root}/{spec.name}/table.csv", **paper_inputs(spec.name)}
     if spec.curves:
-        inputs["curves"] = f"{RESULTS}/{spec.name}/curves.csv"
+        inputs["curves"] = f"{root}/{spec.name}/curves.csv"
     if spec.roofline:
-        inputs["peak"] = rules.peak.output[0]
+        inputs["peak"] = f"{root}/peak.json"
     return inputs
 
 
@@ -157,14 +199,14 @@ def figure_flags(wildcards, input):
 
 
 def analysis_inputs(wildcards):
-    spec = experiments.get(wildcards.experiment)
-    inputs = {"table": f"{RESULTS}/{spec.name}/table.csv", **paper_inputs(spec.name),
-              "records": records_of(spec.name)}
+    spec, root = experiments.get(wildcards.experiment), wildcards.root
+    inputs = {"table": f"{root}/{spec.name}/table.csv", **paper_inputs(spec.name),
+              "records": records_of(root, spec.name)}
     for other in spec.reads_tables:
-        if other in SECTIONS:
-            inputs[f"table_of_{other}"] = f"{RESULTS}/{other}/table.csv"
+        if other in SECTIONS[root]:
+            inputs[f"table_of_{other}"] = f"{root}/{other}/table.csv"
     if spec.family == "pretrain":  # its table step measured the claims
-        inputs["claims"] = f"{RESULTS}/{spec.name}/claims.csv"
+        inputs["claims"] = f"{root}/{spec.name}/claims.csv"
     return inputs
 
 
@@ -176,4 +218,26 @@ def analysis_flags(wildcards, input):
               if (key := f"table_of_{o}") in named]
     if "claims" in input.keys():
         flags.append(f"--claims {input.claims}")
+    return " ".join(flags)
+
+
+# ---- the report: every section of every machine folder, each machine's peak.json
+REPORT_SECTIONS = [(root, e) for root in MACHINE_ROOTS for e in SECTIONS[root]]
+
+
+def report_inputs(wildcards):
+    return {
+        "tables": [f"{root}/{e}/table.csv" for root, e in REPORT_SECTIONS],
+        "figures": [f"{root}/figures/{e}.svg" for root, e in REPORT_SECTIONS],
+        "analyses": [f"{root}/{e}/analysis.json" for root, e in REPORT_SECTIONS],
+        "peaks": [f"{root}/peak.json" for root in MACHINE_ROOTS],
+    }
+
+
+def report_flags(wildcards, input):
+    """--machine PATH LABEL PEAK per machine, --section PATH EXPERIMENT TABLE SVG ANALYSIS."""
+    flags = [f"--machine {root} {MACHINES[root].label(PLANNED)!r} {peak}"
+             for root, peak in zip(MACHINE_ROOTS, input.peaks)]
+    flags += [f"--section {root} {e} {t} {f} {a}" for (root, e), t, f, a
+              in zip(REPORT_SECTIONS, input.tables, input.figures, input.analyses)]
     return " ".join(flags)

@@ -27,32 +27,3 @@ rule llm_point:
         " --nprocs {params.nprocs} --check-steps {params.check} --train-json {params.train:q}"
         " --peak {input.peak}"
         " --timeout-s {params.timeout} --out {output.record} --steplog {output.steps} 2> {log}"
-
-
-rule llm_table:
-    input:
-        records=records,
-        steps=llm_steplogs,
-    output:
-        table=f"{RESULTS}/{{experiment}}/table.csv",
-        curves=f"{RESULTS}/{{experiment}}/curves.csv",
-    log:
-        f"{RESULTS}/logs/{{experiment}}/table.log",
-    wildcard_constraints:
-        experiment=experiments.pattern("llm"),
-    shell:
-        "seedbench llm-table {input.records} --out {output.table} --curves {output.curves}"
-        " 2> {log}"
-
-
-rule llm_scale:
-    input:
-        **paper_inputs("llm_scale"),
-    output:
-        f"{RESULTS}/llm_scale/table.csv",
-    log:
-        f"{RESULTS}/logs/llm_scale/table.log",
-    params:
-        paper=lambda wildcards, input: paper_flags("llm_scale", input),
-    shell:
-        "seedbench scale-model {params.paper} --out {output} 2> {log}"

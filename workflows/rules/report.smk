@@ -1,6 +1,7 @@
-# Tidy tables -> figures and analyses -> reports/index.html (figures also registered for
-# snakemake --report). What the figure and analysis of each experiment read is declared by its spec
-# (suite.experiments.registry); the report step only renders the files named here.
+# Tidy tables -> figures and analyses -> reports/index.html, for every machine folder ({root}:
+# results/<machine> or results/published/<machine>); figures also registered for
+# snakemake --report. What the figure and analysis of each experiment read is declared by its
+# spec (suite.experiments.registry); the report step only renders the files named here.
 
 
 rule figure:
@@ -8,14 +9,14 @@ rule figure:
         unpack(figure_inputs),
     output:
         png=report(
-            f"{REPORTS}/figures/{{experiment}}.png",
+            "{root}/figures/{experiment}.png",
             caption="../report/figure.rst",
             category="figures",
             subcategory="{experiment}",
         ),
-        svg=f"{REPORTS}/figures/{{experiment}}.svg",
+        svg="{root}/figures/{experiment}.svg",
     log:
-        f"{RESULTS}/logs/{{experiment}}/figure.log",
+        "{root}/logs/{experiment}/figure.log",
     params:
         stem=lambda wildcards, output: output.svg.removesuffix(".svg"),
         flags=figure_flags,
@@ -28,9 +29,9 @@ rule analyze:
     input:
         unpack(analysis_inputs),
     output:
-        f"{RESULTS}/{{experiment}}/analysis.json",
+        "{root}/{experiment}/analysis.json",
     log:
-        f"{RESULTS}/logs/{{experiment}}/analysis.log",
+        "{root}/logs/{experiment}/analysis.log",
     params:
         flags=analysis_flags,
     shell:
@@ -40,20 +41,14 @@ rule analyze:
 
 rule report_html:
     input:
-        tables=expand(f"{RESULTS}/{{experiment}}/table.csv", experiment=SECTIONS),
-        figures=expand(f"{REPORTS}/figures/{{experiment}}.svg", experiment=SECTIONS),
-        analyses=expand(f"{RESULTS}/{{experiment}}/analysis.json", experiment=SECTIONS),
-        peak=rules.peak.output[0],
+        unpack(report_inputs),
     output:
         report(REPORT_HTML, caption="../report/index.rst", category="HTML report"),
     log:
-        f"{RESULTS}/logs/report.log",
+        f"{REPORTS}/logs/report.log",
     params:
-        sections=lambda wildcards, input: " ".join(
-            f"--section {e} {t} {f} {a}"
-            for e, t, f, a in zip(SECTIONS, input.tables, input.figures, input.analyses)
-        ),
-        config=" ".join(f"--config {f}" for f in workflow.configfiles[-1:]),
+        flags=report_flags,
+        # the config of this run's folder (a report-only build ran nothing with it)
+        config="" if REPORT_ONLY else " ".join(f"--config {f}" for f in workflow.configfiles[-1:]),
     shell:
-        "seedbench report {params.sections} --peak {input.peak} {params.config}"
-        " --out {output} 2> {log}"
+        "seedbench report {params.flags} {params.config} --out {output} 2> {log}"

@@ -40,7 +40,8 @@ class LogHandler(LogHandlerBase):
         elif event == LogEvent.JOB_FINISHED:
             self.progress.job_finished(record.job_id)
         elif event == LogEvent.JOB_ERROR:
-            self.progress.job_failed(record.jobid, record.rule_name)
+            self.progress.job_failed(record.jobid, record.rule_name,
+                                     [_path(f) for f in getattr(record, "log", None) or []])
         elif event == LogEvent.PROGRESS:
             _say(self.progress.line(record.done, record.total))
             if record.done >= record.total:
