@@ -1,63 +1,98 @@
 """An analytical model of iteration time and MFU for 3D-parallel (TP x PP x DP) GPT training.
 
 Why: MegaScale (Jiang et al., NSDI'24) reports MFU falling from 53% to 41% (Megatron-LM) and
-from 65% to 55% (MegaScale) as the 175B model goes from 256 to 12288 GPUs. A few-term model
-says how much of that drop bubble and exposed communication explain, and whether one
-efficiency number measured at 256 GPUs predicts the rest.
+from 65% to 55% (MegaScale) as the 175B model goes from 256 to 12288 GPUs. A model whose terms
+each have a formula says how much of that drop the bubble, each kind of communication and
+synchronisation explain; fitted on a few small-scale rows it predicts the large-scale ones.
 
-The model, per GPU:
-  compute per micro-batch and stage  t_c = F * b * s / (tp * pp) / (peak * efficiency),
-      F = Megatron FLOPs per token, no recompute (``suite.mfu.megatron_flops_per_token``);
-  TP  4 all-reduces (or reduce-scatter + all-gather, same bytes) of b*s*h activations per
-      layer, forward + backward, ring factor 2(t-1)/t, over NVLink;
-  PP  a send of the stage's b*s*h/tp activation slice (scatter-gather over the TP ranks) at
-      each of the v*p - 1 chunk boundaries, forward and backward, averaged over the p stages,
-      over the network;
-  DP  reduce-scatter of gradients + all-gather of parameters, ring factor 2(d-1)/d, of the
-      replica's N/(tp*pp) parameters, once per iteration, over the network;
-  exposed communication = (1 - overlap) x its time, per kind;
-  iteration = (m + (p-1)/v) x (t_c + exposed TP + exposed PP) + exposed DP,
-      m = global_batch / (dp * micro_batch): the interleaved 1F1B bubble is (p-1)/(v m).
-MFU uses the Megatron "none" FLOP count and the given peak, as Table 2's Megatron-LM column.
+One slot is one micro-batch through one pipeline stage (forward + backward) on one GPU:
+  GEMMs     F_hw * b * s / (tp * pp) / (peak * gemm_efficiency * q_tile)
+            F_hw = Megatron FLOPs per token with the layout's recompute (``suite.mfu``:
+            "full" re-runs the forward, 96 l h^2 (1 + s/6h + V/16lh); "selective" re-runs
+            attention's softmax part, Korthikanti et al. 2022's form; "none" 72 l h^2 (...)).
+  memory    the element-wise work of a layer (2 LayerNorms, 2 dropouts, 2 residual adds) reads
+            and writes 14 b*s*h activations forward and 28 backward (2 bytes each) at HBM
+            bandwidth; sequence parallelism shards it over the TP ranks (/ tp), full recompute
+            repeats the forward's 14. Without flash attention the b*(a/tp)*s^2 attention
+            scores are written and read too: 13 bytes per score forward (scores, softmax,
+            dropout + mask, the AV GEMM's read), 23 backward; recompute repeats the 13.
+  TP        4 collectives of b*s*h activations per layer (6 with full recompute: the recomputed
+            forward repeats its 2), ring bytes 2(t-1)/t each, over NVLink; sequence parallelism
+            turns each all-reduce into a reduce-scatter + all-gather: the same ring bytes
+            (Korthikanti et al. 2022, Sec. 4.2.2), so only the memory term changes.
+  PP        the b*s*h/tp slice sent at each of the v*p - 1 chunk boundaries, forward and
+            backward, averaged over the p stages, over the network.
+  slot      (GEMMs + memory + exposed TP + exposed PP) x (1 + straggler * ln(nodes)).
+The iteration:
+  slots     m + (p-1)/v (interleaved 1F1B bubble, Narayanan et al. 2021)
+              + (v-1)(p-r)/v when r = m mod p > 0 and v > 1 (uneven bubble: the interleaved
+              schedule runs micro-batches in groups of p; in the last group of r the first
+              stage waits p - r chunk-steps at each of the v - 1 chunk changes, forward and
+              backward);
+  DP        gradient reduce-scatter + parameter all-gather (all-reduce bytes 2(d-1)/d of the
+            replica's N/(tp*pp) parameters at grad_bytes), in buckets of 40M parameters
+            (Megatron's DDP default), over the network; exposed = (1 - dp_overlap) of it, plus
+            whatever of the overlapped part does not fit in the window the schedule leaves for
+            it: one slot (the last micro-batch's backward hides the reduce-scatter, the first
+            one's forward the all-gather) plus, interleaved, the other v - 1 chunks' work of
+            one group of min(m, p) micro-batches (so the exposed part grows once micro-batches
+            per replica drop below the stages);
+  optimizer Adam over the GPU's N/(tp*pp) parameters (/ d with the distributed optimizer, which
+            also turns the DP all-reduce into a gradient reduce-scatter and a 2-byte parameter
+            all-gather), 36 bytes of HBM traffic per parameter (fp32 param, grad, two moments
+            read and written, bf16 copy written);
+  iteration = slots x slot + exposed DP + optimizer.
+  MFU = tokens/s x F (no recompute) / (GPUs x peak); HFU counts F_hw.
 
-Assumptions (inputs, not fitted; see ``A100_CLUSTER`` and ``SYSTEMS``):
-- A100 bf16 peak 312 TFLOP/s; NVLink 300 GB/s per direction per GPU; one 200 Gb/s
-  (25 GB/s) network NIC per GPU; 8 GPUs per node. Bandwidths are datasheet, not achieved.
-- 175B: TP 8, PP 8, v 6 (Table 1) for both systems, DP = GPUs / 64, micro-batch 1.
-- Activations in bf16 (2 bytes); gradients reduced in fp32 (4 bytes), Megatron's default for
-  bf16 training; the same is assumed for MegaScale, which does not say.
-- Megatron-LM overlaps nothing (overlaps 0): MegaScale's Table 3 lists TP, PP and DP overlap
-  as its own additions over the Megatron-LM baseline. MegaScale hides TP and PP communication
-  fully (overlap 1) and DP except the first all-gather and last reduce-scatter of each
-  iteration, one of v model chunks: dp_overlap = 1 - 1/v. MegaScale's other gains (parallel
-  block, sliding window, kernels, LAMB) are not modelled; they land in its efficiency.
-- Calibration: one free parameter per system (the achievable GEMM efficiency), fitted to the
-  iteration time of one row each: the 256-GPU, batch-768 row of each system. Nothing else is
-  tuned; every other Table 2 row and all of Figure 9 are predictions.
-- Figure 9 (530B: 105 layers, hidden 20480, heads 160, TP 8, PP 35, v 3) gives only GPUs and
-  MFU. Weak scaling is taken to mean the batch grows in proportion to the GPUs (how the
-  paper describes the figure, as far as we read it); the base batch is not given. Assumed:
-  1920 sequences at 2240 GPUs (MT-NLG's batch on this same 2240-GPU, TP 8 x PP 35 layout,
-  Smith et al. 2022, quoted from memory), i.e. 240 micro-batches per pipeline at every point.
-  With m fixed the bubble is constant, so only the DP ring factor changes with scale.
-- Predicted MFU uses the Megatron count for both systems; MegaScale's printed MFU uses a
-  count about 1.2% smaller (sliding-window attention), so its MFU errors carry that offset.
+The terms the earlier version lacked, each switchable (``Terms``), none fitted per row:
+- latency: each collective also costs NCCL's latency model (src/graph/tuning.cc, Simple
+  protocol): base 8.4 us + per ring step 3.4 us on NVLink, 9.6 us on the network; a ring
+  all-reduce takes 2(n-1) steps, a tree 2 log2(nodes) network steps plus 2(ranks per node - 1)
+  NVLink ones; NCCL picks the cheaper, so DP latency grows with log2 of the nodes;
+- dp_window: the overlapped DP traffic only hides inside the window above;
+- uneven_bubble: the extra bubble when micro-batches are not a multiple of the stages;
+- straggler: a synchronous step waits for the slowest node; with exponential-tailed per-node
+  jitter the expected maximum over n nodes grows as H_n ~ ln n (order statistics), so each
+  slot stretches by straggler * ln(nodes); ``straggler`` is a fitted number of the system;
+- gemm_size: tile and wave quantization of each layer GEMM (output tiles of 128 x 256 spread
+  over the GPU's SMs in whole waves): q_tile = FLOP-weighted useful fraction of the tiles run;
+- memory, optimizer: the element-wise and optimizer HBM traffic above.
+
+Fitted, per system: ``gemm_efficiency`` and ``straggler`` (two numbers, ``fit_system``), from
+the rows each system declares (``suite.scale_datasets.CALIBRATION``); no other row is read by
+the fit. What each published run was (model, layout, overlaps) is in ``suite.scale_datasets``.
+
+Hardware presets (``HARDWARE``), datasheet values: A100 SXM 80GB: bf16 312 TFLOP/s, HBM
+2.0 TB/s, 108 SMs, NVLink 3 300 GB/s per direction; H100 SXM: 989 TFLOP/s, 3.35 TB/s, 132 SMs,
+NVLink 4 450 GB/s; H200: 989 TFLOP/s, 4.8 TB/s, 132 SMs, 450 GB/s. 8 GPUs per node, one NIC
+per GPU: 200 Gb/s HDR (25 GB/s) on A100 clusters, 400 Gb/s NDR (50 GB/s) on H100/H200 ones.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from math import nan
+from dataclasses import dataclass, field, fields, replace
+from math import ceil, log, log2
 from numbers import Integral, Real
+from typing import Literal
 
-import pandas as pd
-
-from suite.env import REPO_ROOT
 from suite.mfu import megatron_flops_per_token
 
-PAPER_DIR = REPO_ROOT / "results" / "paper"
-TABLE2_CSV = PAPER_DIR / "megascale_table2_175b_strong_scaling.csv"
-FIG9_CSV = PAPER_DIR / "megascale_fig9_530b_weak_scaling.csv"
+Recompute = Literal["none", "selective", "full"]
+RECOMPUTE = ("none", "selective", "full")
+# Element-wise HBM traffic of one layer per token, in units of h activations: forward reads and
+# writes for 2 LayerNorms (2 x 2), 2 dropouts (2 x 2) and 2 residual adds (2 x 3) = 14;
+# backward about twice that.
+ELEMENTWISE_FWD, ELEMENTWISE_BWD = 14, 28
+# Bytes per attention-score element (b x heads x s x s, 2-byte activations) when the scores are
+# materialized (no flash attention): forward writes the scores, the fused softmax reads them and
+# writes probabilities, dropout reads and writes them (+ a 1-byte mask), the AV GEMM reads
+# them: 13; backward about 23 (gradients through the same ops, probabilities read again).
+SCORES_FWD, SCORES_BWD = 13, 23
+ADAM_BYTES_PER_PARAM = 36
+DP_BUCKET_PARAMS = 40_000_000
+# NCCL's latency model (src/graph/tuning.cc), Simple protocol, in seconds.
+NCCL_BASE_LATENCY = 8.4e-6
+TILE_M, TILE_N = 128, 256
 
 
 def _check_positive_int(name: str, value: int) -> None:
@@ -84,43 +119,68 @@ class ModelConfig:
     seq_len: int
     vocab: int
     activation_bytes: int = 2
+    tied_embeddings: bool = True
 
     def __post_init__(self) -> None:
         for name in ("layers", "hidden", "heads", "seq_len", "vocab", "activation_bytes"):
             _check_positive_int(name, getattr(self, name))
+        if not isinstance(self.tied_embeddings, bool):
+            raise ValueError(f"tied_embeddings={self.tied_embeddings!r} must be a bool")
 
     @property
     def flops_per_token(self) -> float:
+        """Model FLOPs per token (no recompute): what MFU counts."""
         return megatron_flops_per_token(self.layers, self.hidden, self.seq_len, self.vocab)
+
+    def hardware_flops_per_token(self, recompute: Recompute) -> float:
+        """FLOPs the GPUs run per token with this recompute: what HFU counts."""
+        return megatron_flops_per_token(self.layers, self.hidden, self.seq_len, self.vocab,
+                                        recompute)
 
     @property
     def n_params(self) -> float:
-        """Weights and biases of the layers plus token and position embeddings (tied head)."""
+        """Weights and biases of the layers plus token and position embeddings, and the output
+        head's V x h when it is not tied to the token embedding."""
         l, h = self.layers, self.hidden
-        return float(12 * l * h * h + 13 * l * h + (self.vocab + self.seq_len) * h)
+        head = 0 if self.tied_embeddings else self.vocab * h
+        return float(12 * l * h * h + 13 * l * h + (self.vocab + self.seq_len) * h + head)
 
 
 @dataclass(frozen=True)
 class Hardware:
-    """Per-GPU peak and bandwidths (bytes/s, one direction); efficiency = achieved / peak."""
+    """Per-GPU peak and bandwidths (bytes/s, one direction); efficiency = achieved / peak.
+
+    ``gemm_efficiency`` and ``straggler`` are the two numbers fitted per system; the rest are
+    datasheet values and NCCL's latency constants."""
     peak_flops: float
     gemm_efficiency: float
     nvlink_bw: float
     network_bw: float
     gpus_per_node: int = 8
+    hbm_bw: float = 2.039e12
+    sms: int = 108
+    nvlink_latency_s: float = 3.4e-6
+    network_latency_s: float = 9.6e-6
+    straggler: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("peak_flops", "nvlink_bw", "network_bw"):
+        for name in ("peak_flops", "nvlink_bw", "network_bw", "hbm_bw", "nvlink_latency_s",
+                     "network_latency_s"):
             _check_positive(name, getattr(self, name))
         _check_positive("gemm_efficiency", self.gemm_efficiency)
         if self.gemm_efficiency > 1:
             raise ValueError(f"gemm_efficiency={self.gemm_efficiency!r} must be in (0, 1]")
         _check_positive_int("gpus_per_node", self.gpus_per_node)
+        _check_positive_int("sms", self.sms)
+        if isinstance(self.straggler, bool) or not isinstance(self.straggler, Real) or \
+                self.straggler < 0:
+            raise ValueError(f"straggler={self.straggler!r} must be a number >= 0")
 
 
 @dataclass(frozen=True)
 class Layout:
-    """3D-parallel layout and how much of each communication kind hides behind compute."""
+    """3D-parallel layout, recompute, sequence parallelism, and how much of each
+    communication kind hides behind compute."""
     tp: int
     pp: int
     dp: int
@@ -131,6 +191,10 @@ class Layout:
     pp_overlap: float = 0.0
     dp_overlap: float = 0.0
     grad_bytes: int = 4
+    recompute: Recompute = "none"
+    sequence_parallel: bool = False
+    flash_attention: bool = False
+    distributed_optimizer: bool = False
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "micro_batch", "global_batch", "virtual_stages",
@@ -138,6 +202,11 @@ class Layout:
             _check_positive_int(name, getattr(self, name))
         for name in ("tp_overlap", "pp_overlap", "dp_overlap"):
             _check_fraction(name, getattr(self, name))
+        if self.recompute not in RECOMPUTE:
+            raise ValueError(f"recompute={self.recompute!r} is not one of {RECOMPUTE}")
+        for name in ("sequence_parallel", "flash_attention", "distributed_optimizer"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}={getattr(self, name)!r} must be a bool")
         if self.global_batch % (self.dp * self.micro_batch):
             raise ValueError(f"global_batch={self.global_batch} is not a multiple of "
                              f"dp * micro_batch = {self.dp * self.micro_batch}")
@@ -153,16 +222,40 @@ class Layout:
 
 
 @dataclass(frozen=True)
+class Terms:
+    """Which of the model's terms are on; each can be switched off to see what it adds."""
+    latency: bool = True
+    dp_window: bool = True
+    uneven_bubble: bool = True
+    straggler: bool = True
+    gemm_size: bool = False
+    memory: bool = True
+    optimizer: bool = True
+
+    @classmethod
+    def none(cls) -> "Terms":
+        """Only compute, bubble and bandwidth-bound communication (the earlier model)."""
+        return cls(**{f.name: False for f in fields(cls)})
+
+
+ALL_TERMS = Terms()
+
+
+@dataclass(frozen=True)
 class Estimate:
     """One iteration, broken down; the *_s parts sum to ``iteration_time_s``."""
     iteration_time_s: float
     tokens_per_s: float
-    mfu: float  # fraction
-    compute_s: float
+    mfu: float  # fraction, model FLOPs
+    hfu: float  # fraction, FLOPs run (with recompute)
+    compute_s: float  # GEMMs and element-wise work of the m micro-batches
     bubble_s: float
     tp_exposed_s: float
     pp_exposed_s: float
     dp_exposed_s: float
+    sync_s: float  # the straggler stretch of every slot
+    optimizer_s: float = 0.0
+    breakdown: dict[str, float] = field(default_factory=dict)
 
 
 def bubble_fraction(pp: int, virtual_stages: int, micro_batches: int) -> float:
@@ -173,6 +266,18 @@ def bubble_fraction(pp: int, virtual_stages: int, micro_batches: int) -> float:
     return (pp - 1) / (virtual_stages * micro_batches)
 
 
+def uneven_bubble_slots(pp: int, virtual_stages: int, micro_batches: int) -> float:
+    """Extra idle slots of the interleaved schedule when m is not a multiple of p:
+    (v-1)(p-r)/v with r = m mod p (0 when r = 0 or v = 1)."""
+    for name, value in (("pp", pp), ("virtual_stages", virtual_stages),
+                        ("micro_batches", micro_batches)):
+        _check_positive_int(name, value)
+    r = micro_batches % pp
+    if r == 0 or virtual_stages == 1:
+        return 0.0
+    return (virtual_stages - 1) * (pp - r) / virtual_stages
+
+
 def ring_factor(n: int) -> float:
     """Bytes each rank sends per byte of an all-reduce (= reduce-scatter + all-gather) on a
     ring of n ranks: 2(n-1)/n."""
@@ -180,10 +285,64 @@ def ring_factor(n: int) -> float:
     return 2 * (n - 1) / n
 
 
+def ring_latency(ranks: int, nodes: int, hw: Hardware) -> float:
+    """NCCL's ring all-reduce latency: base + 2(ranks-1) steps, 2(nodes-1) of them over the
+    network and the rest over NVLink."""
+    _check_positive_int("ranks", ranks)
+    _check_positive_int("nodes", nodes)
+    if ranks == 1:
+        return 0.0
+    steps, net_steps = 2 * (ranks - 1), 2 * (nodes - 1)
+    return (NCCL_BASE_LATENCY + net_steps * hw.network_latency_s
+            + (steps - net_steps) * hw.nvlink_latency_s)
+
+
+def tree_latency(ranks: int, nodes: int, hw: Hardware) -> float:
+    """NCCL's tree all-reduce latency: base + up and down a tree of log2(nodes) network hops,
+    with the ranks of a node chained over NVLink."""
+    _check_positive_int("ranks", ranks)
+    _check_positive_int("nodes", nodes)
+    if ranks == 1:
+        return 0.0
+    per_node = ranks / nodes
+    return NCCL_BASE_LATENCY + 2 * (log2(nodes) * hw.network_latency_s
+                                    + (per_node - 1) * hw.nvlink_latency_s)
+
+
+def allreduce_latency(ranks: int, nodes: int, hw: Hardware) -> float:
+    """The cheaper of ring and tree, as NCCL's tuner picks for latency-bound sizes."""
+    return min(ring_latency(ranks, nodes, hw), tree_latency(ranks, nodes, hw))
+
+
+def tile_efficiency(m: int, n: int, sms: int) -> float:
+    """Useful fraction of an M x N GEMM output computed as 128 x 256 tiles in whole waves over
+    ``sms`` multiprocessors."""
+    tiles = ceil(m / TILE_M) * ceil(n / TILE_N)
+    waves = ceil(tiles / sms)
+    return m * n / (waves * sms * TILE_M * TILE_N)
+
+
+def gemm_size_factor(model: ModelConfig, layout: Layout, hw: Hardware) -> float:
+    """FLOP-weighted tile/wave efficiency of a layer's four GEMMs (QKV, attention output,
+    MLP up, MLP down) on this TP split; 1 means perfectly tiled."""
+    m, h, t = layout.micro_batch * model.seq_len, model.hidden, layout.tp
+    gemms = [(3 * h // t, h), (h, h // t), (4 * h // t, h), (h, 4 * h // t)]  # (N, K)
+    flops = [n * k for n, k in gemms]
+    return sum(f * tile_efficiency(m, n, hw.sms) for f, (n, _) in zip(flops, gemms)) / sum(flops)
+
+
+def tp_collectives_per_layer(layout: Layout) -> int:
+    """TP collectives per layer and micro-batch: 2 forward + 2 backward, and the recomputed
+    forward's 2 again under full recompute."""
+    return 6 if layout.recompute == "full" else 4
+
+
 def tp_bytes_per_microbatch(model: ModelConfig, layout: Layout) -> float:
-    """Bytes a GPU sends for TP per micro-batch in its stage: 4 collectives per layer."""
+    """Bytes a GPU sends for TP per micro-batch in its stage (same with sequence parallelism:
+    reduce-scatter + all-gather move the all-reduce's bytes)."""
     activation = layout.micro_batch * model.seq_len * model.hidden * model.activation_bytes
-    return 4 * (model.layers / layout.pp) * ring_factor(layout.tp) * activation
+    return (tp_collectives_per_layer(layout) * (model.layers / layout.pp)
+            * ring_factor(layout.tp) * activation)
 
 
 def pp_bytes_per_microbatch(model: ModelConfig, layout: Layout) -> float:
@@ -200,237 +359,202 @@ def pp_bytes_per_microbatch(model: ModelConfig, layout: Layout) -> float:
 
 
 def dp_bytes_per_iteration(model: ModelConfig, layout: Layout) -> float:
-    """Bytes a GPU sends for DP per iteration: gradient reduce-scatter + parameter all-gather."""
-    return ring_factor(layout.dp) * model.n_params / (layout.tp * layout.pp) * layout.grad_bytes
+    """Bytes a GPU sends for DP per iteration: an all-reduce of the gradients (ring factor
+    2(d-1)/d at grad_bytes), or with the distributed optimizer a reduce-scatter of the
+    gradients at grad_bytes and an all-gather of the updated parameters at the activations'
+    2 bytes ((d-1)/d each)."""
+    local = model.n_params / (layout.tp * layout.pp)
+    if layout.distributed_optimizer:
+        return (layout.dp - 1) / layout.dp * local * (layout.grad_bytes + model.activation_bytes)
+    return ring_factor(layout.dp) * local * layout.grad_bytes
 
 
-def _parts(model: ModelConfig, hw: Hardware, layout: Layout) -> tuple[float, float, float,
-                                                                      float, float]:
-    """(slots, compute at efficiency 1, exposed TP, exposed PP, exposed DP), all per GPU."""
+def elementwise_bytes_per_microbatch(model: ModelConfig, layout: Layout) -> float:
+    """HBM bytes of a stage's memory-bound work per micro-batch on one GPU: LayerNorm, dropout
+    and residual adds on b*s*h activations (sharded over TP by sequence parallelism), and,
+    without flash attention, the materialized attention scores of the GPU's heads. Full
+    recompute repeats the forward part; selective recompute repeats the scores' forward."""
+    layers = model.layers / layout.pp
+    units = ELEMENTWISE_FWD * (2 if layout.recompute == "full" else 1) + ELEMENTWISE_BWD
+    tokens = layout.micro_batch * model.seq_len
+    shard = layout.tp if layout.sequence_parallel else 1
+    activations = units * tokens * model.hidden * model.activation_bytes * layers / shard
+    if layout.flash_attention:
+        return activations
+    scores = (layout.micro_batch * (model.heads / layout.tp) * model.seq_len ** 2 * layers
+              * (SCORES_FWD * (1 if layout.recompute == "none" else 2) + SCORES_BWD))
+    return activations + scores
+
+
+@dataclass(frozen=True)
+class _Parts:
+    """Per-GPU times: one slot's parts, and the once-per-iteration ones."""
+    slots: float
+    gemm: float  # at gemm_efficiency 1
+    memory: float
+    tp: float
+    pp: float
+    dp: float  # all of the DP traffic (before overlap)
+    optimizer: float
+    nodes: int
+
+
+def _parts(model: ModelConfig, hw: Hardware, layout: Layout, terms: Terms) -> _Parts:
     if layout.tp > hw.gpus_per_node:
         raise ValueError(f"tp={layout.tp} spans nodes; the model puts TP on NVLink, so tp must "
                          f"be <= gpus_per_node={hw.gpus_per_node}")
     if model.layers % layout.pp:
         raise ValueError(f"layers={model.layers} is not a multiple of pp={layout.pp}")
-    flops = model.flops_per_token * layout.micro_batch * model.seq_len / (layout.tp * layout.pp)
-    compute_at_peak = flops / hw.peak_flops
-    tp = (1 - layout.tp_overlap) * tp_bytes_per_microbatch(model, layout) / hw.nvlink_bw
-    pp = (1 - layout.pp_overlap) * pp_bytes_per_microbatch(model, layout) / hw.network_bw
-    dp = (1 - layout.dp_overlap) * dp_bytes_per_iteration(model, layout) / hw.network_bw
-    slots = layout.micro_batches + (layout.pp - 1) / layout.virtual_stages
-    return slots, compute_at_peak, tp, pp, dp
-
-
-def estimate(model: ModelConfig, hw: Hardware, layout: Layout) -> Estimate:
-    """Iteration time, throughput and MFU of one layout on one machine."""
-    slots, compute_at_peak, tp, pp, dp = _parts(model, hw, layout)
-    compute = compute_at_peak / hw.gemm_efficiency
+    nodes = max(1, ceil(layout.gpus / hw.gpus_per_node))
+    layers = model.layers / layout.pp
+    flops = (model.hardware_flops_per_token(layout.recompute) * layout.micro_batch
+             * model.seq_len / (layout.tp * layout.pp))
+    q = gemm_size_factor(model, layout, hw) if terms.gemm_size else 1.0
+    gemm = flops / (hw.peak_flops * q)
+    memory = (elementwise_bytes_per_microbatch(model, layout) / hw.hbm_bw
+              if terms.memory else 0.0)
+    tp = tp_bytes_per_microbatch(model, layout) / hw.nvlink_bw
+    if terms.latency and layout.tp > 1:
+        tp += (tp_collectives_per_layer(layout) * layers
+               * ring_latency(layout.tp, 1, hw))
+    pp = pp_bytes_per_microbatch(model, layout) / hw.network_bw
+    if terms.latency and layout.pp > 1:
+        pp += 2 * (layout.virtual_stages * layout.pp - 1) / layout.pp * (
+            NCCL_BASE_LATENCY + hw.network_latency_s)
+    local_params = model.n_params / (layout.tp * layout.pp)
+    dp = dp_bytes_per_iteration(model, layout) / hw.network_bw
+    if terms.latency and layout.dp > 1:
+        dp_nodes = min(layout.dp, nodes)
+        dp += ceil(local_params / DP_BUCKET_PARAMS) * allreduce_latency(layout.dp, dp_nodes, hw)
+    shard = layout.dp if layout.distributed_optimizer else 1
+    optimizer = (local_params / shard * ADAM_BYTES_PER_PARAM / hw.hbm_bw
+                 if terms.optimizer else 0.0)
     m = layout.micro_batches
-    time = slots * (compute + tp + pp) + dp
+    slots = m + (layout.pp - 1) / layout.virtual_stages
+    if terms.uneven_bubble:
+        slots += uneven_bubble_slots(layout.pp, layout.virtual_stages, m)
+    return _Parts(slots, gemm, memory, (1 - layout.tp_overlap) * tp,
+                  (1 - layout.pp_overlap) * pp, dp, optimizer, nodes)
+
+
+def _straggle(hw: Hardware, nodes: int, terms: Terms) -> float:
+    return 1 + hw.straggler * log(nodes) if terms.straggler else 1.0
+
+
+def estimate(model: ModelConfig, hw: Hardware, layout: Layout,
+             terms: Terms = ALL_TERMS) -> Estimate:
+    """Iteration time, throughput, MFU and the breakdown of one layout on one machine."""
+    p = _parts(model, hw, layout, terms)
+    m = layout.micro_batches
+    work = p.gemm / hw.gemm_efficiency + p.memory + p.tp + p.pp
+    stretch = _straggle(hw, p.nodes, terms)
+    dp_exposed = (1 - layout.dp_overlap) * p.dp
+    if terms.dp_window and layout.dp_overlap > 0:
+        window = work * (1 + min(m, layout.pp) * (layout.virtual_stages - 1)
+                         / layout.virtual_stages)
+        dp_exposed += max(0.0, layout.dp_overlap * p.dp - window)
+    time = p.slots * work * stretch + dp_exposed + p.optimizer
     tokens_per_s = layout.global_batch * model.seq_len / time
     mfu = tokens_per_s * model.flops_per_token / (layout.gpus * hw.peak_flops)
-    bubble = (slots - m) * (compute + tp + pp)
-    return Estimate(iteration_time_s=time, tokens_per_s=tokens_per_s, mfu=mfu,
-                    compute_s=m * compute, bubble_s=bubble, tp_exposed_s=m * tp,
-                    pp_exposed_s=m * pp, dp_exposed_s=dp)
+    hfu = (tokens_per_s * model.hardware_flops_per_token(layout.recompute)
+           / (layout.gpus * hw.peak_flops))
+    parts = {"compute_s": m * (p.gemm / hw.gemm_efficiency + p.memory),
+             "bubble_s": (p.slots - m) * work, "tp_exposed_s": m * p.tp,
+             "pp_exposed_s": m * p.pp, "dp_exposed_s": dp_exposed,
+             "sync_s": p.slots * work * (stretch - 1), "optimizer_s": p.optimizer}
+    return Estimate(iteration_time_s=time, tokens_per_s=tokens_per_s, mfu=mfu, hfu=hfu,
+                    **parts, breakdown=parts)
 
 
 def fit_efficiency(model: ModelConfig, hw: Hardware, layout: Layout,
-                   iteration_time_s: float) -> float:
-    """The GEMM efficiency at which ``estimate`` gives the measured iteration time.
+                   iteration_time_s: float, terms: Terms = ALL_TERMS) -> float:
+    """The GEMM efficiency at which ``estimate`` gives the measured iteration time (the
+    straggler constant held at ``hw.straggler``).
 
-    Time is affine in 1/efficiency, so the fit is exact and closed-form.
+    Time is affine in 1/efficiency (the DP window aside, which the fit checks), so the fit is
+    closed-form.
     """
     _check_positive("iteration_time_s", iteration_time_s)
-    slots, compute_at_peak, tp, pp, dp = _parts(model, hw, layout)
-    left_for_compute = iteration_time_s - dp - slots * (tp + pp)
-    if left_for_compute <= 0:
+    p = _parts(model, hw, layout, terms)
+    stretch = _straggle(hw, p.nodes, terms)
+    fixed = (1 - layout.dp_overlap) * p.dp + p.optimizer
+    left_for_gemms = (iteration_time_s - fixed) / (p.slots * stretch) - p.memory - p.tp - p.pp
+    if left_for_gemms <= 0:
         raise ValueError(f"iteration_time_s={iteration_time_s} is shorter than the modelled "
-                         "exposed communication alone; no efficiency fits")
-    eff = slots * compute_at_peak / left_for_compute
+                         "communication and memory traffic alone; no efficiency fits")
+    eff = p.gemm / left_for_gemms
     if eff > 1:
         raise ValueError(f"iteration_time_s={iteration_time_s} needs gemm_efficiency={eff:.3f} "
                          "> 1; the model's communication or FLOP count is off")
+    fitted = replace(hw, gemm_efficiency=eff)
+    if abs(estimate(model, fitted, layout, terms).iteration_time_s - iteration_time_s) > \
+            1e-6 * iteration_time_s:
+        raise ValueError("the DP window binds at this calibration row; fit a row where the "
+                         "overlapped DP traffic fits its window")
     return eff
 
 
-# --- MegaScale Table 2 / Figure 9 ---------------------------------------------------------
+def fit_system(rows: list[tuple[ModelConfig, Layout, float]], hw: Hardware,
+               terms: Terms = ALL_TERMS) -> tuple[float, float]:
+    """(gemm_efficiency, straggler) fitted to one or two rows (model, layout, iteration time).
 
-GPT_175B = ModelConfig(layers=96, hidden=12288, heads=128, seq_len=2048, vocab=64000)
-GPT_530B = ModelConfig(layers=105, hidden=20480, heads=160, seq_len=2048, vocab=64000)
-LAYOUT_175B = {"tp": 8, "pp": 8, "virtual_stages": 6, "micro_batch": 1}
-LAYOUT_530B = {"tp": 8, "pp": 35, "virtual_stages": 3, "micro_batch": 1}
-FIG9_BASE_BATCH, FIG9_BASE_GPUS = 1920, 2240  # assumed, see the module docstring
+    Two rows at different node counts: the pair that reproduces both exactly. Where that
+    needs a negative straggler (the larger run relatively faster than the model allows), the
+    straggler is 0 and the efficiency the one that minimises the rows' squared relative
+    errors. One row, or the straggler term off: the efficiency alone.
+    """
+    if not 1 <= len(rows) <= 2:
+        raise ValueError(f"{len(rows)} calibration rows: a system fits one or two")
+    if len(rows) == 1 or not terms.straggler:
+        return _least_squares_efficiency(rows, replace(hw, straggler=0.0), terms), 0.0
+    from scipy.optimize import brentq
 
-# gemm_efficiency here is a placeholder: ``calibrate`` replaces it per system.
+    (m1, l1, t1), (m2, l2, t2) = rows
+
+    def mismatch(sigma: float) -> float:
+        h = replace(hw, straggler=sigma)
+        try:
+            eff = fit_efficiency(m1, h, l1, t1, terms)
+        except ValueError:  # sigma so large that the first row leaves no time for GEMMs
+            return t2
+        return estimate(m2, replace(h, gemm_efficiency=eff), l2, terms).iteration_time_s - t2
+
+    if mismatch(0.0) >= 0:
+        return _least_squares_efficiency(rows, replace(hw, straggler=0.0), terms), 0.0
+    hi = 0.5
+    while mismatch(hi) < 0:
+        hi *= 2
+        if hi > 16:
+            raise ValueError("no straggler constant up to 16 fits the calibration rows")
+    sigma = brentq(mismatch, 0.0, hi, xtol=1e-12)
+    return fit_efficiency(m1, replace(hw, straggler=sigma), l1, t1, terms), sigma
+
+
+def _least_squares_efficiency(rows: list[tuple[ModelConfig, Layout, float]], hw: Hardware,
+                              terms: Terms) -> float:
+    """The efficiency minimising the rows' squared relative time errors (exact for one row)."""
+    if len(rows) == 1:
+        model, layout, time = rows[0]
+        return fit_efficiency(model, hw, layout, time, terms)
+    from scipy.optimize import minimize_scalar
+
+    def loss(eff: float) -> float:
+        h = replace(hw, gemm_efficiency=eff)
+        return sum(((estimate(m, h, lay, terms).iteration_time_s - t) / t) ** 2
+                   for m, lay, t in rows)
+
+    best = minimize_scalar(loss, bounds=(1e-3, 1.0), method="bounded",
+                           options={"xatol": 1e-9})
+    return float(best.x)
+
+
+# --- hardware presets (datasheet; see the module docstring) ----------------------------------
+
+# gemm_efficiency and straggler here are placeholders: a system's fit replaces them.
 A100_CLUSTER = Hardware(peak_flops=312e12, gemm_efficiency=1.0, nvlink_bw=300e9,
-                        network_bw=25e9, gpus_per_node=8)
-
-
-@dataclass(frozen=True)
-class SystemAssumptions:
-    """What a training system overlaps, fixed before looking at the results."""
-    tp_overlap: float
-    pp_overlap: float
-    dp_overlap: float  # used unless dp_overlap_all_but_one_chunk
-    dp_overlap_all_but_one_chunk: bool = False
-    grad_bytes: int = 4
-
-    def dp_overlap_for(self, virtual_stages: int) -> float:
-        """MegaScale hides DP traffic behind the other v-1 model chunks, not the first/last."""
-        if self.dp_overlap_all_but_one_chunk:
-            return 1 - 1 / virtual_stages
-        return self.dp_overlap
-
-
-SYSTEMS: dict[str, SystemAssumptions] = {
-    "Megatron-LM": SystemAssumptions(tp_overlap=0.0, pp_overlap=0.0, dp_overlap=0.0),
-    "MegaScale": SystemAssumptions(tp_overlap=1.0, pp_overlap=1.0, dp_overlap=0.0,
-                                   dp_overlap_all_but_one_chunk=True),
-}
-# One row per system, (batch_size, gpus): the only paper numbers the model is fitted to.
-CALIBRATION_ROWS: dict[str, tuple[int, int]] = {"Megatron-LM": (768, 256),
-                                                "MegaScale": (768, 256)}
-
-
-def layout_for(system: SystemAssumptions, gpus: int, global_batch: int, tp: int, pp: int,
-               virtual_stages: int, micro_batch: int) -> Layout:
-    """The layout a system runs at a GPU count: DP takes whatever TP x PP leaves."""
-    if gpus % (tp * pp):
-        raise ValueError(f"gpus={gpus} is not a multiple of tp * pp = {tp * pp}")
-    return Layout(tp=tp, pp=pp, dp=gpus // (tp * pp), micro_batch=micro_batch,
-                  global_batch=global_batch, virtual_stages=virtual_stages,
-                  tp_overlap=system.tp_overlap, pp_overlap=system.pp_overlap,
-                  dp_overlap=system.dp_overlap_for(virtual_stages),
-                  grad_bytes=system.grad_bytes)
-
-
-def load_table2() -> pd.DataFrame:
-    return pd.read_csv(TABLE2_CSV)
-
-
-def load_fig9() -> pd.DataFrame:
-    return pd.read_csv(FIG9_CSV)
-
-
-def calibrate(table: pd.DataFrame | None = None,
-              rows: dict[str, tuple[int, int]] | None = None,
-              hardware: Hardware = A100_CLUSTER,
-              systems: dict[str, SystemAssumptions] | None = None) -> dict[str, float]:
-    """Fit one GEMM efficiency per system to one Table 2 row each (two rows, two parameters).
-
-    Only the declared rows' iteration times are read, so no other row can leak in.
-    """
-    table = load_table2() if table is None else table
-    rows = CALIBRATION_ROWS if rows is None else rows
-    systems = SYSTEMS if systems is None else systems
-    if len(rows) > 2:
-        raise ValueError(f"rows={rows!r}: at most two calibration rows (one per system)")
-    effs = {}
-    for name, (batch, gpus) in rows.items():
-        if name not in systems:
-            raise ValueError(f"system {name!r} is not one of {sorted(systems)}")
-        match = table[(table.system == name) & (table.batch_size == batch) & (table.gpus == gpus)]
-        if len(match) != 1:
-            raise ValueError(f"calibration row system={name!r}, batch_size={batch}, gpus={gpus} "
-                             f"matches {len(match)} Table 2 rows, need exactly 1")
-        layout = layout_for(systems[name], gpus, batch, **_layout_args(LAYOUT_175B))
-        effs[name] = fit_efficiency(GPT_175B, hardware, layout,
-                                    float(match.iloc[0].iteration_time_s))
-    return effs
-
-
-def _layout_args(spec: dict[str, int]) -> dict[str, int]:
-    return {"tp": spec["tp"], "pp": spec["pp"], "virtual_stages": spec["virtual_stages"],
-            "micro_batch": spec["micro_batch"]}
-
-
-def _prediction_row(system: str, gpus: int, batch: int, model: ModelConfig, hw: Hardware,
-                    layout: Layout, paper_time: float | None, paper_mfu: float,
-                    calibration: bool) -> dict[str, object]:
-    est = estimate(model, hw, layout)
-    pred_mfu = 100 * est.mfu
-    return {
-        "system": system, "gpus": gpus, "batch_size": batch,
-        "paper_iteration_time_s": nan if paper_time is None else paper_time,
-        "predicted_iteration_time_s": est.iteration_time_s,
-        "iteration_time_rel_error": (nan if paper_time is None
-                                     else (est.iteration_time_s - paper_time) / paper_time),
-        "paper_mfu_percent": paper_mfu, "predicted_mfu_percent": pred_mfu,
-        "mfu_rel_error": (pred_mfu - paper_mfu) / paper_mfu,
-        "mfu_error_points": pred_mfu - paper_mfu,
-        "bubble_s": est.bubble_s, "exposed_comm_s": (est.tp_exposed_s + est.pp_exposed_s
-                                                     + est.dp_exposed_s),
-        "calibration": calibration,
-    }
-
-
-def predict_table2(table: pd.DataFrame | None = None,
-                   rows: dict[str, tuple[int, int]] | None = None,
-                   hardware: Hardware = A100_CLUSTER,
-                   systems: dict[str, SystemAssumptions] | None = None) -> pd.DataFrame:
-    """Every Table 2 row predicted from the two calibration rows; errors are pred - paper."""
-    table = load_table2() if table is None else table
-    rows = CALIBRATION_ROWS if rows is None else rows
-    systems = SYSTEMS if systems is None else systems
-    effs = calibrate(table, rows, hardware, systems)
-    out = []
-    for r in table.itertuples(index=False):
-        if r.system not in effs:
-            continue
-        hw = replace(hardware, gemm_efficiency=effs[r.system])
-        layout = layout_for(systems[r.system], int(r.gpus), int(r.batch_size),
-                            **_layout_args(LAYOUT_175B))
-        out.append(_prediction_row(r.system, int(r.gpus), int(r.batch_size), GPT_175B, hw,
-                                   layout, float(r.iteration_time_s), float(r.mfu_percent),
-                                   rows.get(r.system) == (r.batch_size, r.gpus)))
-    return pd.DataFrame(out)
-
-
-def predict_fig9(table: pd.DataFrame | None = None,
-                 efficiencies: dict[str, float] | None = None,
-                 hardware: Hardware = A100_CLUSTER,
-                 systems: dict[str, SystemAssumptions] | None = None,
-                 base_batch: int = FIG9_BASE_BATCH,
-                 base_gpus: int = FIG9_BASE_GPUS) -> pd.DataFrame:
-    """Figure 9's 530B weak-scaling MFU from the efficiencies fitted on the 175B rows.
-
-    No Figure 9 number is fitted (``calibration`` is False throughout); the batch is
-    base_batch * gpus / base_gpus. The paper gives no iteration times, so those are NaN.
-    """
-    table = load_fig9() if table is None else table
-    systems = SYSTEMS if systems is None else systems
-    effs = calibrate(hardware=hardware, systems=systems) if efficiencies is None else efficiencies
-    out = []
-    for r in table.itertuples(index=False):
-        if r.system not in effs:
-            continue
-        gpus = int(r.gpus)
-        if (base_batch * gpus) % base_gpus:
-            raise ValueError(f"gpus={gpus}: base_batch={base_batch} * gpus / base_gpus="
-                             f"{base_gpus} is not a whole batch")
-        batch = base_batch * gpus // base_gpus
-        hw = replace(hardware, gemm_efficiency=effs[r.system])
-        layout = layout_for(systems[r.system], gpus, batch, **_layout_args(LAYOUT_530B))
-        out.append(_prediction_row(r.system, gpus, batch, GPT_530B, hw, layout, None,
-                                   float(r.mfu_percent), False))
-    return pd.DataFrame(out)
-
-
-def summarize(predictions: pd.DataFrame) -> pd.DataFrame:
-    """Mean absolute errors of the held-out (non-calibration) rows, per system and overall."""
-    held = predictions[~predictions.calibration]
-    if held.empty:
-        raise ValueError("predictions has no held-out rows to summarize")
-
-    def stats(frame: pd.DataFrame) -> dict[str, float]:
-        times = frame.iteration_time_rel_error.dropna()
-        return {"rows": len(frame),
-                "iteration_time_mean_abs_rel_error": (times.abs().mean() if len(times)
-                                                      else float("nan")),
-                "mfu_mean_abs_rel_error": frame.mfu_rel_error.abs().mean(),
-                "mfu_mean_abs_error_points": frame.mfu_error_points.abs().mean()}
-
-    out = {name: stats(group) for name, group in held.groupby("system", sort=False)}
-    out["all"] = stats(held)
-    return pd.DataFrame(out).T
+                        network_bw=25e9, gpus_per_node=8, hbm_bw=2.039e12, sms=108)
+H100_CLUSTER = Hardware(peak_flops=989e12, gemm_efficiency=1.0, nvlink_bw=450e9,
+                        network_bw=50e9, gpus_per_node=8, hbm_bw=3.35e12, sms=132)
+H200_CLUSTER = Hardware(peak_flops=989e12, gemm_efficiency=1.0, nvlink_bw=450e9,
+                        network_bw=50e9, gpus_per_node=8, hbm_bw=4.8e12, sms=132)
+HARDWARE = {"A100": A100_CLUSTER, "H100": H100_CLUSTER, "H200": H200_CLUSTER}

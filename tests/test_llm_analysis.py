@@ -12,7 +12,7 @@ from suite.experiments.llm_plan import jobs
 from suite.experiments.llm_train import run_training
 from suite.records import write_record
 from suite.report.render import render_report
-from suite.scale_model import predict_fig9, predict_table2
+from suite.scale_datasets import load_paper, validation_table
 
 CONFIG = {"llm": {
     "train": {"seq_len": 16, "global_batch": 2, "steps": 4, "warmup_steps": 1, "threads": 1},
@@ -72,9 +72,7 @@ def test_ablation_gains_beside_the_papers(ablation):
 def test_figures_and_report_sections(ablation, tmp_path):
     loss = llm_table(run_jobs(tmp_path, "llm_loss"))
     assert (loss.eval_loss > 0).all() and loss.tokens_seen.nunique() == 1
-    scale = pd.concat([predict_table2().assign(figure="table2"),
-                       predict_fig9().assign(figure="fig9")]).assign(
-                           experiment="llm_scale", status="ok")
+    scale = validation_table(load_paper(REPO_ROOT / "results" / "paper"))
     curves = llm_curves(loss)
     assert set(curves.record) == set(loss.record) and (curves.loss > 0).all()
     sections = [report_section(tmp_path, "llm_ablation", ablation),
@@ -85,5 +83,6 @@ def test_figures_and_report_sections(ablation, tmp_path):
     assert "Gain of each step in MFU points: + parallel block:" in html
     assert "vs +4.6 in the paper" in html
     assert "LAMB with batch 6" in html and "held-out loss of AdamW with batch 2" in html
-    assert "Held-out error: Megatron-LM, Table 2 (7 points)" in html
+    assert "Held-out error: megascale_table2 / Megatron-LM (6 runs): iteration time off by" in html
+    assert "narayanan2021 / Megatron-LM 2021 (Selene) (8 runs)" in html
     assert html.count('<h2 id="llm_') == 3

@@ -14,14 +14,14 @@ import time
 import urllib.request
 from pathlib import Path
 
-import pandas as pd
 import pytest
 from conftest import report_section
 
 from suite.analysis.tables import tidy_table
 from suite.records import Record, Status, write_record
 from suite.report.render import render_report
-from suite.scale_model import predict_fig9, predict_table2
+from suite.env import REPO_ROOT
+from suite.scale_datasets import load_paper, validation_table
 from suite.stats import summarize
 
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
@@ -73,9 +73,7 @@ def _report(tmp_path: Path) -> Path:
                           "timer": "time.perf_counter"}
             rec.derived = {"padding_free": system == "reference", "useful_flops_per_s": 2e9}
         recs.append(write_record(rec, tmp_path / f"{system}.json"))
-    scale = pd.concat([predict_table2().assign(figure="table2"),
-                       predict_fig9().assign(figure="fig9")]).assign(experiment="llm_scale",
-                                                                     status="ok")
+    scale = validation_table(load_paper(REPO_ROOT / "results" / "paper"))
     sections = [report_section(tmp_path, "bert_varlen", tidy_table(recs), records=recs),
                 report_section(tmp_path, "llm_scale", scale)]
     return render_report(sections, tmp_path / "index.html")

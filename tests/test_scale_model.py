@@ -1,32 +1,49 @@
+"""The cluster-scale model: each term on hand-computed cases, the fit, and the validation against
+published runs (suite.scale_model, suite.scale_datasets, suite.scale_whatif)."""
+
+import json
 from dataclasses import replace
+from math import log
 
 import pandas as pd
 import pytest
 
+from suite.cli import main
 from suite.mfu import megatron_flops_per_token
+from suite.scale_datasets import (
+    CALIBRATION,
+    GPT_175B,
+    all_runs,
+    fit,
+    load_paper,
+    predict,
+    summarize,
+)
 from suite.scale_model import (
     A100_CLUSTER,
-    CALIBRATION_ROWS,
-    GPT_175B,
+    NCCL_BASE_LATENCY,
     Hardware,
     Layout,
     ModelConfig,
+    Terms,
+    allreduce_latency,
     bubble_fraction,
-    calibrate,
     dp_bytes_per_iteration,
+    elementwise_bytes_per_microbatch,
     estimate,
     fit_efficiency,
-    load_table2,
+    fit_system,
     pp_bytes_per_microbatch,
-    predict_fig9,
-    predict_table2,
-    ring_factor,
-    summarize,
+    ring_latency,
     tp_bytes_per_microbatch,
+    tree_latency,
+    uneven_bubble_slots,
 )
+from suite.env import REPO_ROOT
 
 SMALL = ModelConfig(layers=4, hidden=8, heads=2, seq_len=16, vocab=100)
 HW = Hardware(peak_flops=1e12, gemm_efficiency=0.5, nvlink_bw=1e9, network_bw=1e8)
+BANDWIDTH_ONLY = Terms.none()
 
 
 def _layout(**kw) -> Layout:
@@ -35,150 +52,276 @@ def _layout(**kw) -> Layout:
 
 
 @pytest.fixture(scope="module")
-def table2_predictions() -> pd.DataFrame:
-    return predict_table2()
+def runs():
+    return all_runs(load_paper(REPO_ROOT / "results" / "paper"))
 
 
-def test_bubble_fraction():
+@pytest.fixture(scope="module")
+def predictions(runs):
+    return predict(runs)
+
+
+# --- the terms, one at a time ---------------------------------------------------------------
+
+def test_bubble_fraction_and_the_uneven_bubble():
     assert bubble_fraction(8, 6, 192) == pytest.approx(7 / (6 * 192))
     assert bubble_fraction(1, 1, 4) == 0
-    assert bubble_fraction(4, 1, 3) == 1
-    with pytest.raises(ValueError, match="micro_batches=0"):
-        bubble_fraction(4, 1, 0)
+    # m = 6 micro-batches on p = 4 stages, v = 2: the last group of r = 2 leaves the first
+    # stage waiting p - r = 2 chunk-steps at each of v - 1 = 1 chunk change, forward and
+    # backward: 2 x 2 steps of 1/v slot = (v-1)(p-r)/v = 1 slot
+    assert uneven_bubble_slots(4, 2, 6) == 1.0
+    assert uneven_bubble_slots(4, 3, 5) == pytest.approx(2 * 3 / 3)
+    assert uneven_bubble_slots(4, 2, 8) == 0  # a multiple of the stages
+    assert uneven_bubble_slots(4, 1, 6) == 0  # no interleaving: 1F1B takes any m
+    even = estimate(SMALL, HW, _layout(pp=4, dp=1, global_batch=8, virtual_stages=2,
+                                       tp=1, micro_batch=1))
+    uneven = estimate(SMALL, HW, _layout(pp=4, dp=1, global_batch=6, virtual_stages=2,
+                                         tp=1, micro_batch=1))
+    flat = estimate(SMALL, HW, _layout(pp=4, dp=1, global_batch=6, virtual_stages=2, tp=1),
+                    replace(Terms(), uneven_bubble=False))
+    assert uneven.bubble_s == pytest.approx(flat.bubble_s * (3 / 2 + 1) / (3 / 2))
+    assert even.bubble_s == pytest.approx(flat.bubble_s * 6 / 6)  # same slot time, no extra
 
 
 def test_ring_factor():
-    assert ring_factor(1) == 0
-    assert ring_factor(2) == 1
-    assert ring_factor(8) == pytest.approx(1.75)
+    from suite.scale_model import ring_factor
+
+    assert (ring_factor(1), ring_factor(2), ring_factor(8)) == (0, 1, 1.75)
+
+
+def test_ring_and_tree_latency_with_nodes():
+    hw = A100_CLUSTER
+    # 16 ranks, one per node: ring 2(n-1) = 30 network steps; tree 2 log2(16) = 8
+    assert ring_latency(16, 16, hw) == pytest.approx(NCCL_BASE_LATENCY + 30 * 9.6e-6)
+    assert tree_latency(16, 16, hw) == pytest.approx(NCCL_BASE_LATENCY + 8 * 9.6e-6)
+    assert allreduce_latency(16, 16, hw) == tree_latency(16, 16, hw)
+    # 8 ranks in one node: ring 14 NVLink steps; tree chains them: 2 x 7 NVLink steps
+    assert ring_latency(8, 1, hw) == pytest.approx(NCCL_BASE_LATENCY + 14 * 3.4e-6)
+    assert tree_latency(8, 1, hw) == pytest.approx(NCCL_BASE_LATENCY + 14 * 3.4e-6)
+    # the ring grows linearly with the nodes, the tree with log2: 4x the nodes adds 4 tree hops
+    assert ring_latency(64, 64, hw) - ring_latency(16, 16, hw) == pytest.approx(96 * 9.6e-6)
+    assert tree_latency(64, 64, hw) - tree_latency(16, 16, hw) == pytest.approx(4 * 9.6e-6)
+    assert ring_latency(1, 1, hw) == tree_latency(1, 1, hw) == 0
+
+
+def test_recompute_flops():
+    model = ModelConfig(layers=24, hidden=4096, heads=32, seq_len=2048, vocab=51200)
+    l, h, s, v = 24, 4096, 2048, 51200
+    # full recompute runs the forward again: 4/3 of the transformer layers' training FLOPs;
+    # the logits (not recomputed) stay at 3x their forward
+    layer_part = 72 * l * h * h * (1 + s / (6 * h))
+    logits = 6 * h * v
+    assert model.flops_per_token == pytest.approx(layer_part + logits)
+    assert model.hardware_flops_per_token("full") == pytest.approx(4 / 3 * layer_part + logits)
+    assert model.hardware_flops_per_token("selective") == pytest.approx(
+        megatron_flops_per_token(l, h, s, v, "selective"))
+    lay = _layout(tp=1, pp=1, dp=1, global_batch=1)
+    none = estimate(model, A100_CLUSTER, lay, BANDWIDTH_ONLY)
+    full = estimate(model, A100_CLUSTER, replace(lay, recompute="full"), BANDWIDTH_ONLY)
+    assert full.compute_s / none.compute_s == pytest.approx(
+        model.hardware_flops_per_token("full") / model.flops_per_token)
+    assert full.mfu < none.mfu and full.hfu == pytest.approx(none.hfu)
 
 
 def test_comm_volumes_by_hand():
     layout = _layout(tp=2, pp=2, dp=4, micro_batch=2, global_batch=16, virtual_stages=2)
     # activation b*s*h*2 bytes = 2*16*8*2 = 512; TP: 4 per layer, 4/2 = 2 layers, ring 1
     assert tp_bytes_per_microbatch(SMALL, layout) == 4 * 2 * 1 * 512
+    # full recompute repeats the forward's 2 collectives; sequence parallelism moves as much
+    assert tp_bytes_per_microbatch(SMALL, replace(layout, recompute="full")) == 6 * 2 * 512
+    assert tp_bytes_per_microbatch(SMALL, replace(layout, sequence_parallel=True)) == 4 * 2 * 512
     # PP: v*p - 1 = 3 boundaries, fwd + bwd, averaged over 2 stages, 1/tp slice each
     assert pp_bytes_per_microbatch(SMALL, layout) == 2 * 3 / 2 * 512 / 2
-    assert pp_bytes_per_microbatch(SMALL, replace(layout, pp=1, virtual_stages=1)) == 0
     # DP: N = 12*4*64 + 13*4*8 + (100+16)*8 = 3072 + 416 + 928 = 4416; ring(4) = 1.5
     assert SMALL.n_params == 4416
+    assert replace(SMALL, tied_embeddings=False).n_params == 4416 + 800
     assert dp_bytes_per_iteration(SMALL, layout) == 1.5 * 4416 / 4 * 4
+    # distributed optimizer: reduce-scatter at 4 bytes + all-gather at 2, (d-1)/d each
+    assert dp_bytes_per_iteration(SMALL, replace(layout, distributed_optimizer=True)) == \
+        pytest.approx(0.75 * 4416 / 4 * 6)
 
 
-def test_estimate_by_hand():
+def test_sequence_parallel_shards_the_elementwise_traffic():
+    lay = _layout(tp=2, pp=2, dp=1, micro_batch=1, global_batch=1, flash_attention=True)
+    # 42 activation units (14 forward, 28 backward) x 16 tokens x 8 x 2 bytes x 2 layers
+    assert elementwise_bytes_per_microbatch(SMALL, lay) == 42 * 16 * 8 * 2 * 2
+    assert elementwise_bytes_per_microbatch(SMALL, replace(lay, sequence_parallel=True)) == \
+        42 * 16 * 8 * 2 * 2 / 2
+    # materialized scores: b x heads/tp x s^2 x layers x (13 + 23) bytes
+    scores = 1 * (2 / 2) * 16 ** 2 * 2 * 36
+    assert elementwise_bytes_per_microbatch(SMALL, replace(lay, flash_attention=False)) == \
+        42 * 16 * 8 * 2 * 2 + scores
+    hw = replace(A100_CLUSTER, gemm_efficiency=0.6)
+    model = ModelConfig(layers=8, hidden=4096, heads=32, seq_len=2048, vocab=51200)
+    base = Layout(tp=8, pp=1, dp=1, micro_batch=1, global_batch=4, flash_attention=True)
+    assert estimate(model, hw, replace(base, sequence_parallel=True)).iteration_time_s < \
+        estimate(model, hw, base).iteration_time_s
+
+
+def test_estimate_by_hand_with_bandwidth_terms_only():
     layout = _layout(tp=2, pp=2, dp=2, micro_batch=1, global_batch=8)
     m = 4
     compute = SMALL.flops_per_token * 16 / 4 / (1e12 * 0.5)
     tp = tp_bytes_per_microbatch(SMALL, layout) / 1e9
     pp = pp_bytes_per_microbatch(SMALL, layout) / 1e8
     dp = dp_bytes_per_iteration(SMALL, layout) / 1e8
-    est = estimate(SMALL, HW, layout)
+    est = estimate(SMALL, HW, layout, BANDWIDTH_ONLY)
     assert est.iteration_time_s == pytest.approx((m + 1) * (compute + tp + pp) + dp)
-    assert est.compute_s + est.bubble_s + est.tp_exposed_s + est.pp_exposed_s \
-        + est.dp_exposed_s == pytest.approx(est.iteration_time_s)
+    assert sum(est.breakdown.values()) == pytest.approx(est.iteration_time_s)
     assert est.tokens_per_s == pytest.approx(8 * 16 / est.iteration_time_s)
     assert est.mfu == pytest.approx(est.tokens_per_s * SMALL.flops_per_token / (8 * 1e12))
-    hidden = estimate(SMALL, HW, replace(layout, tp_overlap=1, pp_overlap=1, dp_overlap=1))
+    hidden = estimate(SMALL, HW, replace(layout, tp_overlap=1, pp_overlap=1, dp_overlap=1),
+                      BANDWIDTH_ONLY)
     assert hidden.iteration_time_s == pytest.approx((m + 1) * compute)
-    assert hidden.mfu == pytest.approx(0.5 * m / (m + 1))
 
 
-def test_more_overlap_is_faster():
-    layout = _layout()
-    for kind in ("tp_overlap", "pp_overlap", "dp_overlap"):
-        times = [estimate(SMALL, HW, replace(layout, **{kind: x})).iteration_time_s
-                 for x in (0.0, 0.3, 0.7, 1.0)]
-        assert times == sorted(times, reverse=True) and times[0] > times[-1], kind
+def test_each_term_adds_time_and_the_parts_sum_up():
+    model = GPT_175B
+    hw = replace(A100_CLUSTER, gemm_efficiency=0.7, straggler=0.03)
+    layout = Layout(tp=8, pp=8, dp=48, micro_batch=1, global_batch=6144, virtual_stages=6)
+    full = estimate(model, hw, layout)
+    assert sum(full.breakdown.values()) == pytest.approx(full.iteration_time_s)
+    for term in ("latency", "straggler", "memory", "optimizer"):
+        off = estimate(model, hw, layout, replace(Terms(), **{term: False}))
+        assert off.iteration_time_s < full.iteration_time_s, term
+    # the straggler stretch is straggler x ln(nodes) of every slot
+    off = estimate(model, hw, layout, replace(Terms(), straggler=False))
+    assert full.sync_s == pytest.approx(
+        (full.iteration_time_s - full.sync_s - full.dp_exposed_s - full.optimizer_s)
+        * 0.03 * log(384))
+    assert off.sync_s == 0
 
 
-def test_more_gpus_at_fixed_batch_lowers_mfu():
-    hw = replace(A100_CLUSTER, gemm_efficiency=0.6)
-    mfus = [estimate(GPT_175B, hw, Layout(tp=8, pp=8, dp=dp, micro_batch=1, global_batch=768,
-                                          virtual_stages=6)).mfu for dp in (4, 8, 12, 16)]
-    assert all(a > b for a, b in zip(mfus, mfus[1:]))
+def test_the_dp_window_bounds_what_overlap_hides():
+    """Fewer micro-batches than stages shrink the window the overlapped DP traffic hides in."""
+    hw = replace(A100_CLUSTER, gemm_efficiency=0.7)
+    lay = Layout(tp=8, pp=8, dp=64, micro_batch=1, global_batch=128, virtual_stages=2,
+                 dp_overlap=0.5)  # m = 2 < p
+    on = estimate(GPT_175B, hw, lay)
+    off = estimate(GPT_175B, hw, lay, replace(Terms(), dp_window=False))
+    dp_time = (dp_bytes_per_iteration(GPT_175B, lay) / hw.network_bw)
+    assert off.dp_exposed_s < on.dp_exposed_s <= dp_time * 1.01
+    roomy = replace(lay, global_batch=64 * 64)  # m = 64 >= p: the window holds it
+    assert estimate(GPT_175B, hw, roomy).dp_exposed_s == pytest.approx(
+        estimate(GPT_175B, hw, roomy, replace(Terms(), dp_window=False)).dp_exposed_s)
 
 
-def test_fit_efficiency_inverts_estimate():
+def test_fits_reproduce_their_rows():
     layout = _layout(tp_overlap=0.2)
     time = estimate(SMALL, HW, layout).iteration_time_s
     assert fit_efficiency(SMALL, replace(HW, gemm_efficiency=1.0), layout, time) == \
         pytest.approx(0.5)
-    with pytest.raises(ValueError, match="shorter than the modelled exposed communication"):
+    with pytest.raises(ValueError, match="shorter than the modelled communication"):
         fit_efficiency(SMALL, HW, layout, 1e-12)
+    # two rows at different node counts: efficiency and straggler recovered exactly
+    truth = replace(A100_CLUSTER, gemm_efficiency=0.62, straggler=0.04)
+    small = Layout(tp=8, pp=8, dp=4, micro_batch=1, global_batch=768, virtual_stages=6)
+    large = replace(small, dp=48, global_batch=6144)
+    rows = [(GPT_175B, lay, estimate(GPT_175B, truth, lay).iteration_time_s)
+            for lay in (small, large)]
+    eff, sigma = fit_system(rows, A100_CLUSTER)
+    assert (eff, sigma) == (pytest.approx(0.62), pytest.approx(0.04))
+    # a larger run relatively faster than no straggler allows: straggler 0, least squares
+    rows[1] = (rows[1][0], rows[1][1], rows[1][2] * 0.8)
+    eff, sigma = fit_system(rows, A100_CLUSTER)
+    hw = replace(A100_CLUSTER, gemm_efficiency=eff)
+    errors = [estimate(m, hw, lay).iteration_time_s / t - 1 for m, lay, t in rows]
+    assert sigma == 0 and errors[0] < 0 < errors[1]  # the least-squares compromise
+    assert abs(errors[0] + errors[1]) < 0.01
 
 
-def test_layout_and_hardware_validation():
+def test_validation():
     with pytest.raises(ValueError, match="global_batch=10 is not a multiple of dp"):
         _layout(global_batch=10, dp=4)
     with pytest.raises(ValueError, match="tp_overlap=1.5 must be a fraction"):
         _layout(tp_overlap=1.5)
+    with pytest.raises(ValueError, match="recompute='some'"):
+        _layout(recompute="some")
     with pytest.raises(ValueError, match="gemm_efficiency=1.2"):
         replace(HW, gemm_efficiency=1.2)
+    with pytest.raises(ValueError, match="straggler=-0.1"):
+        replace(HW, straggler=-0.1)
     with pytest.raises(ValueError, match="tp=16 spans nodes"):
         estimate(SMALL, HW, _layout(tp=16, pp=1, dp=1, global_batch=1))
-    with pytest.raises(ValueError, match="at most two calibration rows"):
-        calibrate(rows={"Megatron-LM": (768, 256), "MegaScale": (768, 256), "x": (1, 1)})
 
 
-def test_calibration_uses_only_the_declared_rows(table2_predictions):
-    assert set(table2_predictions[table2_predictions.calibration].apply(
-        lambda r: (r.system, r.batch_size, r.gpus), axis=1)) == {
-        (name, batch, gpus) for name, (batch, gpus) in CALIBRATION_ROWS.items()}
-    cal = table2_predictions[table2_predictions.calibration]
-    assert cal.iteration_time_rel_error.abs().max() < 1e-9  # fitted exactly
-    doctored = load_table2()
-    held = ~doctored.apply(lambda r: CALIBRATION_ROWS.get(r.system) == (r.batch_size, r.gpus),
-                           axis=1)
-    doctored.loc[held, ["iteration_time_s", "mfu_percent", "throughput_tokens_per_s"]] *= 3
-    again = predict_table2(doctored)
-    pd.testing.assert_series_equal(again.predicted_iteration_time_s,
-                                   table2_predictions.predicted_iteration_time_s)
-    pd.testing.assert_series_equal(again.predicted_mfu_percent,
-                                   table2_predictions.predicted_mfu_percent)
-    # and the calibration rows do matter
-    doctored = load_table2()
-    doctored.loc[~held, "iteration_time_s"] *= 1.1
-    moved = predict_table2(doctored)
-    assert (moved.predicted_iteration_time_s > table2_predictions.predicted_iteration_time_s).all()
+# --- the published runs ---------------------------------------------------------------------
+
+def test_published_runs_as_model_inputs(runs):
+    by = {(r.dataset, r.label): r for r in runs}
+    assert sum(r.dataset == "megascale_table2" for r in runs) == 16
+    assert sum(r.dataset == "megascale_fig9" for r in runs) == 6
+    assert sum(r.dataset == "narayanan2021" for r in runs) == 10
+    assert sum(r.dataset == "megatron_h100" for r in runs) == 11
+    # Narayanan Table 1: Eq. (3) FLOPs (full recompute) / the aggregate rate
+    first = by[("narayanan2021", "1.7B 32 GPUs")]
+    assert first.iteration_time_s == pytest.approx(
+        96 * 512 * 2048 * 24 * 2304 ** 2 * (1 + 2048 / (6 * 2304) + 51200 / (16 * 24 * 2304))
+        / 4.4e15)
+    assert first.layout.recompute == "full" and first.layout.micro_batch == 16
+    assert by[("narayanan2021", "76.1B 1024 GPUs")].layout.virtual_stages == 3  # 15 / 5
+    h100 = by[("megatron_h100", "177B 2304 GPUs")]
+    assert (h100.layout.tp, h100.layout.pp, h100.layout.dp) == (8, 6, 48)
+    assert h100.layout.sequence_parallel and h100.layout.distributed_optimizer
+    assert by[("megascale_fig9", "530B b3840 4480 GPUs")].layout.micro_batches == 240
 
 
-def test_table2_prediction_errors(table2_predictions):
-    """Held-out errors, fitted on one 256-GPU row per system (efficiency 0.592 and 0.669).
+def test_each_system_is_fitted_on_its_declared_runs_only(runs, predictions):
+    cal = predictions[predictions.calibration]
+    assert {(r.system, r.dataset, r.label) for r in cal.itertuples()} == {
+        (system, d, label) for system, rows in CALIBRATION.items() for d, label in rows}
+    for system, g in cal.groupby("system"):
+        if g.straggler.iloc[0] > 0:  # two numbers, two runs: both reproduced
+            assert g.iteration_time_rel_error.abs().max() < 1e-6, system
+        else:  # straggler 0: the least-squares efficiency sits between the two
+            assert g.iteration_time_rel_error.min() < 0 < g.iteration_time_rel_error.max()
+    declared = {(d, label) for rows in CALIBRATION.values() for d, label in rows}
+    # a held-out run changed 3x leaves every fit as it was
+    doctored = [r if (r.dataset, r.label) in declared or r.iteration_time_s is None
+                else replace(r, iteration_time_s=3 * r.iteration_time_s) for r in runs]
+    assert fit(doctored) == fit(runs)
+    # a declared run changed moves its system's fit
+    moved = [replace(r, iteration_time_s=1.1 * r.iteration_time_s)
+             if (r.dataset, r.label) == ("megascale_table2", "175B b768 256 GPUs")
+             and r.system == "Megatron-LM" else r for r in runs]
+    assert fit(moved)["Megatron-LM"] != fit(runs)["Megatron-LM"]
+    assert fit(moved)["MegaScale"] == fit(runs)["MegaScale"]
 
-    As of writing: iteration time mean |rel err| 7.5% (Megatron-LM) and 8.5% (MegaScale);
-    MFU mean |err| 3.7 and 6.1 points. The model under-predicts the drop in MFU with scale
-    for both systems: every held-out row comes out faster than the paper.
+
+def test_prediction_errors(predictions):
+    """Held-out errors as of writing (see the closing note of issue 14 for the full table):
+    MegaScale Table 2 iteration time mean |error| 3.3% (Megatron-LM) and 1.4% (MegaScale),
+    max 5.3% and 3.0%; Figure 9 MFU within 3.2 and 3.8 points; Narayanan 2021 4.7% mean;
+    Megatron README H100 14% mean. Loose bounds that hold with margin guard against regressions.
     """
-    pred = table2_predictions
-    assert len(pred) == 16 and pred.calibration.sum() == 2
-    assert set(pred.columns) >= {"system", "gpus", "batch_size", "paper_iteration_time_s",
-                                 "predicted_iteration_time_s", "iteration_time_rel_error",
-                                 "paper_mfu_percent", "predicted_mfu_percent", "mfu_rel_error",
-                                 "calibration"}
-    summary = summarize(pred)
-    assert list(summary.index) == ["Megatron-LM", "MegaScale", "all"]
-    assert (summary.rows == [7, 7, 14]).all()
-    assert summary.notna().all().all()
-    # loose bounds that hold with margin: within 20% on time, 12 points on MFU
-    held = pred[~pred.calibration]
-    assert held.iteration_time_rel_error.abs().max() < 0.2
-    assert held.mfu_error_points.abs().max() < 12
-    assert (held.iteration_time_rel_error < 0).all()  # optimistic, see the docstring
-    effs = calibrate()
-    assert 0.55 < effs["Megatron-LM"] < effs["MegaScale"] < 0.75
+    s = summarize(predictions).set_index(["dataset", "system"])
+    t2 = s.loc["megascale_table2"]
+    assert (t2.time_mean_abs_pct < 4).all() and (t2.time_max_abs_pct < 8).all()
+    assert (t2.time_mean_signed_pct.abs() < 2.5).all()
+    assert (s.loc["megascale_fig9"].mfu_mean_abs_points < 5).all()
+    assert s.loc["narayanan2021"].time_mean_abs_pct.iloc[0] < 6
+    assert set(predictions.columns) >= {"compute_s", "bubble_s", "tp_exposed_s",
+                                        "pp_exposed_s", "dp_exposed_s", "sync_s",
+                                        "optimizer_s", "gemm_efficiency", "straggler"}
+    parts = predictions[["compute_s", "bubble_s", "tp_exposed_s", "pp_exposed_s",
+                         "dp_exposed_s", "sync_s", "optimizer_s"]].sum(axis=1)
+    pd.testing.assert_series_equal(parts, predictions.predicted_iteration_time_s,
+                                   check_names=False)
 
 
-def test_fig9_predictions():
-    pred = predict_fig9()
-    assert len(pred) == 6 and not pred.calibration.any()
-    assert pred.paper_iteration_time_s.isna().all()
-    assert list(pred.batch_size) == [1920, 1920, 3840, 3840, 9600, 9600]
-    summary = summarize(pred)
-    assert summary.loc["all", "mfu_mean_abs_error_points"] > 0
-    # weak scaling at fixed micro-batches per pipeline: MFU nearly flat, as in the figure
-    for _, group in pred.groupby("system"):
-        assert group.predicted_mfu_percent.max() - group.predicted_mfu_percent.min() < 0.5
-
-
-def test_model_flops_match_mfu_module():
-    assert GPT_175B.flops_per_token == megatron_flops_per_token(96, 12288, 2048, 64000)
+def test_what_if_cli(capsys):
+    args = ["scale-model", "--layers", "96", "--hidden", "12288", "--heads", "96", "--gpus",
+            "1024", "--tp", "8", "--pp", "8", "--vp", "2", "--global-batch", "1536",
+            "--recompute", "selective", "--sequence-parallel", "--hardware", "H200",
+            "--gemm-efficiency", "0.7", "--straggler", "0.01", "--json"]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["layout"]["dp"] == 16 and out["micro_batches"] == 96
+    assert out["hardware"] == "H200" and out["gemm_efficiency"] == 0.7
+    assert sum(out["breakdown_s"].values()) == pytest.approx(out["iteration_time_s"])
+    assert 0 < out["mfu_percent"] < out["hfu_percent"] < 100
+    assert main(args[:-1]) == 0
+    assert "iteration time" in capsys.readouterr().out
+    assert main(["scale-model", "--gpus", "1000", "--gemm-efficiency", "0.7",
+                 "--straggler", "0"]) == 2
+    assert "gpus=1000 is not a multiple of tp * pp = 64" in capsys.readouterr().err

@@ -9,36 +9,77 @@ import pandas as pd
 
 from suite.analysis.figure_io import FigureData, plt, save_figure  # plt: the Agg backend set
 
-SYSTEM_COLORS = {"Megatron-LM": "tab:orange", "MegaScale": "tab:blue"}
+DATASET_NAMES = {"megascale_table2": "MegaScale Table 2 (175B)",
+                 "megascale_fig9": "MegaScale Fig. 9 (530B)",
+                 "narayanan2021": "Narayanan 2021 Table 1",
+                 "megatron_h100": "Megatron-LM README, H100"}
+DATASET_COLORS = dict(zip(DATASET_NAMES, ("C0", "C1", "C2", "C3")))
+BREAKDOWN = [("compute_s", "compute", "tab:blue"), ("bubble_s", "bubble", "tab:gray"),
+             ("tp_exposed_s", "TP", "tab:orange"), ("pp_exposed_s", "PP", "tab:brown"),
+             ("dp_exposed_s", "DP", "tab:red"), ("sync_s", "sync (straggler)", "tab:purple"),
+             ("optimizer_s", "optimizer", "tab:olive")]
 
 
 def scale_figure(data: FigureData, out: Path) -> list[Path]:
-    """Table 2 (175B strong scaling): iteration time and MFU vs GPUs, paper points beside the
-    model's predictions (calibration rows ringed); Figure 9 (530B weak scaling): MFU."""
+    """The cluster-scale model against every published run: predicted vs published iteration
+    time (fitted runs ringed), the breakdown of MegaScale Table 2's iterations per GPU count,
+    and the signed error of every held-out run per dataset (one-sided bias shows as a side)."""
     table = data.table
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2), constrained_layout=True)
-    t2, f9 = table[table.figure == "table2"], table[table.figure == "fig9"]
-    for system, color in SYSTEM_COLORS.items():
-        for ax, frame, y, by in ((axes[0], t2, "iteration_time_s", "batch_size"),
-                                 (axes[1], t2, "mfu_percent", "batch_size"),
-                                 (axes[2], f9, "mfu_percent", "system")):  # Fig 9: batch ~ GPUs
-            g = frame[frame.system == system].sort_values("gpus")
-            for i, (_, gb) in enumerate(g.groupby(by)):
-                ax.plot(gb.gpus, gb[f"predicted_{y}"], "x--", color=color,
-                        label=f"{system}: model" if i == 0 else None)
-                ax.plot(gb.gpus, gb[f"paper_{y}"], "o-", color=color,
-                        label=f"{system}: paper" if i == 0 else None)
-            cal = g[g.calibration]
-            ax.scatter(cal.gpus, cal[f"paper_{y}"], s=160, facecolors="none", edgecolors="k",
-                       zorder=4, label="calibration row" if system == "MegaScale" else None)
-    axes[0].set(xscale="log", yscale="log", xlabel="GPUs", ylabel="iteration time (s)",
-                title="175B strong scaling: iteration time (batch 768, then 6144)")
-    axes[1].set(xscale="log", xlabel="GPUs", ylabel="MFU (%)", title="175B strong scaling: MFU")
-    axes[2].set(xscale="log", xlabel="GPUs", ylabel="MFU (%)",
-                title="530B weak scaling (Fig. 9): MFU")
-    for ax in axes:
-        ax.legend(fontsize=6)
-    fig.suptitle("Cluster-scale model (calibrated on one row per system) vs MegaScale")
+    fig, axes = plt.subplots(1, 3, figsize=(17, 4.8), constrained_layout=True,
+                             gridspec_kw={"width_ratios": [1, 1.4, 1]})
+    timed = table[table.paper_iteration_time_s.notna()]
+    ax = axes[0]
+    for i, (dataset, g) in enumerate(timed.groupby("dataset", sort=False)):
+        color = DATASET_COLORS.get(dataset, "k")
+        ax.scatter(g.paper_iteration_time_s, g.predicted_iteration_time_s, s=18, color=color,
+                   label=DATASET_NAMES.get(dataset, dataset))
+        cal = g[g.calibration.astype(bool)]
+        ax.scatter(cal.paper_iteration_time_s, cal.predicted_iteration_time_s, s=90,
+                   facecolors="none", edgecolors="k", zorder=4,
+                   label="fitted run" if i == 0 else None)
+    lo, hi = timed.paper_iteration_time_s.min() / 1.5, timed.paper_iteration_time_s.max() * 1.5
+    ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
+    ax.fill_between([lo, hi], [lo * 0.95, hi * 0.95], [lo * 1.05, hi * 1.05], color="k",
+                    alpha=0.08, label="within 5%")
+    ax.set(xscale="log", yscale="log", xlabel="published iteration time (s)",
+           ylabel="model (s)", title="every published run with an iteration time")
+    ax.legend(fontsize=6)
+
+    ax = axes[1]
+    t2 = table[table.dataset == "megascale_table2"].sort_values(["system", "gpus"])
+    labels = [f"{r.system}\n{r.gpus} GPUs b{r.batch_size}" for r in t2.itertuples()]
+    bottom = pd.Series(0.0, index=t2.index)
+    total = sum(t2[col] for col, _, _ in BREAKDOWN)
+    for col, name, color in BREAKDOWN:
+        share = 100 * t2[col] / total
+        ax.bar(range(len(t2)), share, bottom=bottom, color=color, label=name)
+        bottom += share
+    ax.set_xticks(range(len(t2)), labels, rotation=60, ha="right", fontsize=6)
+    ax.set(ylabel="% of the modelled iteration",
+           title="MegaScale Table 2: where each iteration goes (model)")
+    ax.legend(fontsize=6, ncol=4, loc="lower left")
+
+    ax = axes[2]
+    held = table[~table.calibration.astype(bool)]
+    names = list(dict.fromkeys(held.dataset))
+    for i, dataset in enumerate(names):
+        g = held[held.dataset == dataset]
+        err = 100 * g.iteration_time_rel_error
+        unit = "%"
+        if err.isna().all():  # Fig. 9: MFU only
+            err, unit = -g.mfu_error_points, "MFU points (sign flipped)"
+        jitter = [i + 0.08 * ((k % 5) - 2) for k in range(len(err))]
+        ax.scatter(jitter, err, s=14, color=DATASET_COLORS.get(dataset, "k"))
+        ax.plot([i - 0.3, i + 0.3], [err.mean()] * 2, "k-", lw=1.5)
+        ax.annotate(f"mean {err.mean():+.1f} {unit}", (i, err.max()), fontsize=6,
+                    ha="center", va="bottom", xytext=(0, 3), textcoords="offset points")
+    ax.axhline(0, color="k", lw=0.8)
+    ax.set_xticks(range(len(names)), [DATASET_NAMES.get(n, n) for n in names], rotation=20,
+                  ha="right", fontsize=7)
+    ax.set(ylabel="model - published (% of iteration time)",
+           title="held-out runs: signed error (+ = model too slow)")
+    fig.suptitle("Cluster-scale model: two numbers fitted per system on its declared runs; "
+                 "every other run predicted")
     return save_figure(fig, out)
 
 

@@ -9,16 +9,18 @@ from suite.analysis.analyze import AnalysisInputs
 
 
 def llm_scale(inputs: AnalysisInputs) -> str:
-    """The model's error on the rows it was not fitted to, per system and figure."""
-    table = inputs.table
-    held = table[~table.calibration.astype(bool)]
+    """The model's error on the runs it was not fitted to, per dataset and system."""
+    from suite.scale_datasets import summarize
+
     parts = []
-    for (figure, system), g in held.groupby(["figure", "system"], sort=False):
-        time = g.iteration_time_rel_error.abs().mean()
-        part = f"{system}, {'Table 2' if figure == 'table2' else 'Fig. 9'} ({len(g)} points): "
-        if pd.notna(time):
-            part += f"iteration time off by {100 * time:.1f}% on average, "
-        part += f"MFU by {g.mfu_error_points.abs().mean():.1f} points"
+    for r in summarize(inputs.table).itertuples():
+        part = f"{r.dataset} / {r.system} ({r.runs} runs): "
+        if pd.notna(r.time_mean_abs_pct):
+            part += (f"iteration time off by {r.time_mean_abs_pct:.1f}% on average "
+                     f"(max {r.time_max_abs_pct:.1f}%, signed mean {r.time_mean_signed_pct:+.1f}%)")
+        else:
+            part += (f"MFU off by {r.mfu_mean_abs_points:.1f} points on average (signed "
+                     f"{r.mfu_mean_signed_points:+.1f})")
         parts.append(part)
     return "Held-out error: " + "; ".join(parts) + "."
 

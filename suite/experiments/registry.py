@@ -202,19 +202,24 @@ _SPECS = [
              "last 5% of the text."),
     ExperimentSpec(
         "llm_scale",
-        "MegaScale at cluster scale, on paper: an analytical model against Table 2 and Figure 9",
+        "MegaScale at cluster scale, on paper: an analytical model against every published run",
         "scale", figure="suite.analysis.llm_plots:scale_figure",
         headline="suite.analysis.headlines:llm_scale_error", columns="scale",
         summary="suite.analysis.summaries:llm_scale",
         paper={"table2": "megascale_table2_175b_strong_scaling.csv",
-               "fig9": "megascale_fig9_530b_weak_scaling.csv"},
-        note="An analytical model of 3D-parallel training (compute at a fitted GEMM efficiency, "
-             "the interleaved pipeline bubble (p-1)/(v m), TP/PP/DP communication over "
-             "NVLink and the network with each system's overlap), calibrated on one Table 2 "
-             "row per system (ringed); every other point is a prediction. Assumptions: "
-             "suite/scale_model.py. The model is optimistic at scale: it misses part of the "
-             "MFU drop the paper reports (stragglers, imperfect overlap, network contention "
-             "are not in it)."),
+               "fig9": "megascale_fig9_530b_weak_scaling.csv",
+               "narayanan": "narayanan2021_table1_weak_scaling.csv",
+               "h100": "megatron_readme_h100_scaling.csv"},
+        note="An analytical model of 3D-parallel training: GEMMs at a fitted efficiency, "
+             "memory-bound element-wise and attention-score traffic, the interleaved pipeline "
+             "bubble (and its extra when micro-batches are not a multiple of the stages), "
+             "TP/PP/DP communication with NCCL's latencies and each system's overlap, "
+             "recompute and sequence parallelism, and a straggler stretch growing with "
+             "ln(nodes). Two numbers per system (GEMM efficiency, straggler constant) are "
+             "fitted on its two declared runs (ringed); every other run is a prediction: "
+             "MegaScale Table 2 and Figure 9, Narayanan et al. 2021 Table 1 (Selene), the "
+             "Megatron-LM README's H100 scaling. Formulas, sources and assumptions: "
+             "suite/scale_model.py and suite/scale_datasets.py."),
     ExperimentSpec(
         "vwn_scaling",
         "Virtual Width Networks: one backbone at expansions r = n/m, held-out loss vs tokens, "

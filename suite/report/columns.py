@@ -42,9 +42,11 @@ BERT_COLUMNS: list[Column] = [
     ("GB/s", _num("min_gbytes_per_s", ".1f")), ("max abs err", _num("max_abs_err", ".1e")),
 ]
 SCALE_COLUMNS: list[Column] = [
-    ("system", lambda r: r["system"]),
-    ("figure", lambda r: {"table2": "Table 2 (175B)", "fig9": "Fig. 9 (530B)"}[r["figure"]]),
-    ("GPUs", _num("gpus", ".0f")), ("batch", _num("batch_size", ".0f")),
+    ("dataset", lambda r: r["dataset"]), ("system", lambda r: r["system"]),
+    ("run", lambda r: r["label"]),
+    ("layout", lambda r: f"TP {r['tp']} PP {r['pp']} v {r['virtual_stages']} DP {r['dp']}, "
+                         f"mb {r['micro_batch']}, recompute {r['recompute']}"
+                         + (", SP" if r.get("sequence_parallel") else "")),
     ("paper s/iter", _num("paper_iteration_time_s", ".2f")),
     ("model s/iter", _num("predicted_iteration_time_s", ".2f")),
     ("time error", lambda r: fmt(100 * r["iteration_time_rel_error"]
@@ -53,8 +55,11 @@ SCALE_COLUMNS: list[Column] = [
     ("paper MFU %", _num("paper_mfu_percent", ".1f")),
     ("model MFU %", _num("predicted_mfu_percent", ".1f")),
     ("MFU error (points)", _num("mfu_error_points", "+.1f")),
-    ("bubble s", _num("bubble_s", ".2f")), ("exposed comm s", _num("exposed_comm_s", ".2f")),
-    ("calibration row", lambda r: "yes" if r.get("calibration") else ""),
+    ("bubble s", _num("bubble_s", ".2f")),
+    ("exposed TP/PP/DP s", lambda r: "/".join(fmt(r.get(k), ".2f") for k in
+                                              ("tp_exposed_s", "pp_exposed_s", "dp_exposed_s"))),
+    ("sync s", _num("sync_s", ".2f")),
+    ("fitted run", lambda r: "yes" if r.get("calibration") else ""),
 ]
 TRAIN_COLUMNS: list[Column] = [
     ("engine", lambda r: f"{r['system']} x{r['world_size']}"),

@@ -44,7 +44,7 @@ rule llm_scale:
     params:
         paper=lambda wildcards, input: paper_flags("llm_scale", input),
     shell:
-        "seedbench scale-model {params.paper} --out {output} 2> {log}"
+        "seedbench scale-table {params.paper} --out {output} 2> {log}"
 
 
 rule pretrain_table:
