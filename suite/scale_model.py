@@ -6,7 +6,8 @@ each have a formula says how much of that drop the bubble, each kind of communic
 synchronisation explain; fitted on a few small-scale rows it predicts the large-scale ones.
 
 One slot is one micro-batch through one pipeline stage (forward + backward) on one GPU:
-  GEMMs     F_hw * b * s / (tp * pp) / (peak * gemm_efficiency * q_tile)
+  GEMMs     F_hw * b * s / (tp * pp) / (peak * gemm_efficiency * q_tile), q_tile = 1 unless
+            the gemm_size term is on
             F_hw = Megatron FLOPs per token with the layout's recompute (``suite.mfu``:
             "full" re-runs the forward, 96 l h^2 (1 + s/6h + V/16lh); "selective" re-runs
             attention's softmax part, Korthikanti et al. 2022's form; "none" 72 l h^2 (...)).
@@ -29,8 +30,8 @@ The iteration:
               schedule runs micro-batches in groups of p; in the last group of r the first
               stage waits p - r chunk-steps at each of the v - 1 chunk changes, forward and
               backward);
-  DP        gradient reduce-scatter + parameter all-gather (all-reduce bytes 2(d-1)/d of the
-            replica's N/(tp*pp) parameters at grad_bytes), in buckets of 40M parameters
+  DP        gradient all-reduce (ring bytes 2(d-1)/d of the replica's N/(tp*pp) parameters at
+            grad_bytes; the distributed optimizer below changes it), in buckets of 40M parameters
             (Megatron's DDP default), over the network; exposed = (1 - dp_overlap) of it, plus
             whatever of the overlapped part does not fit in the window the schedule leaves for
             it: one slot (the last micro-batch's backward hides the reduce-scatter, the first
@@ -54,8 +55,11 @@ The terms the earlier version lacked, each switchable (``Terms``), none fitted p
 - straggler: a synchronous step waits for the slowest node; with exponential-tailed per-node
   jitter the expected maximum over n nodes grows as H_n ~ ln n (order statistics), so each
   slot stretches by straggler * ln(nodes); ``straggler`` is a fitted number of the system;
-- gemm_size: tile and wave quantization of each layer GEMM (output tiles of 128 x 256 spread
-  over the GPU's SMs in whole waves): q_tile = FLOP-weighted useful fraction of the tiles run;
+- gemm_size (off by default): tile and wave quantization of each layer GEMM (output tiles of
+  128 x 256 spread over the GPU's SMs in whole waves): q_tile = FLOP-weighted useful fraction
+  of the tiles run. With it on, the 530B GEMMs of Figure 9 come out 9% more efficient than the
+  175B ones the efficiency is fitted on, and Figure 9's MFU is over-predicted by 4-8 points:
+  cuBLAS picks other tiles (and split-K) than this one shape, so the term stays off;
 - memory, optimizer: the element-wise and optimizer HBM traffic above.
 
 Fitted, per system: ``gemm_efficiency`` and ``straggler`` (two numbers, ``fit_system``), from

@@ -104,6 +104,20 @@ def test_ring_and_tree_latency_with_nodes():
     assert ring_latency(1, 1, hw) == tree_latency(1, 1, hw) == 0
 
 
+def test_gemm_tile_and_wave_quantization():
+    from suite.scale_model import gemm_size_factor, tile_efficiency
+
+    # 175B QKV at TP 8: 2048 x 4608 -> 16 x 18 = 288 tiles of 128 x 256 on 108 SMs: 3 waves
+    assert tile_efficiency(2048, 4608, 108) == pytest.approx(2048 * 4608 / (3 * 108 * 128 * 256))
+    assert tile_efficiency(128 * 108, 256, 108) == 1.0  # exactly one full wave
+    lay = Layout(tp=8, pp=8, dp=4, micro_batch=1, global_batch=768, virtual_stages=6)
+    q = gemm_size_factor(GPT_175B, lay, A100_CLUSTER)
+    assert q == pytest.approx(8 / 9)  # all four layer GEMMs run at 8/9 here
+    hw = replace(A100_CLUSTER, gemm_efficiency=0.7)
+    on = estimate(GPT_175B, hw, lay, replace(Terms(), gemm_size=True))
+    assert on.compute_s > estimate(GPT_175B, hw, lay).compute_s
+
+
 def test_recompute_flops():
     model = ModelConfig(layers=24, hidden=4096, heads=32, seq_len=2048, vocab=51200)
     l, h, s, v = 24, 4096, 2048, 51200
