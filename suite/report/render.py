@@ -72,6 +72,8 @@ def render_report(sections: list[Section], out: Path, *, machines: list[Machine]
                              f"machines: {sorted(by_path)}")
     peaks = {m.path: read_peak(m.peak) for m in machines}
     frames = {(s.machine, s.experiment): read_table(s.table) for s in sections}
+    # runs: the measured sections' rows (the analytical scale model's are predictions)
+    runs = {k: df for k, df in frames.items() if _spec(k[1]).measured}
     analyses = {(s.machine, s.experiment): _read_analysis(s.analysis) for s in sections}
     experiments = [name for name in SPECS if any(s.experiment == name for s in sections)]
     first = machines[0].path if machines else None
@@ -82,7 +84,7 @@ def render_report(sections: list[Section], out: Path, *, machines: list[Machine]
     html = env_j.get_template("index.html.j2").render(
         generated_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         machines=[_machine_row(m, peaks[m.path],
-                               [frames[k] for k in frames if k[0] == m.path],
+                               [runs[k] for k in runs if k[0] == m.path],
                                [analyses[k] for k in analyses if k[0] == m.path])
                   for m in machines],
         headlines=[_headline_row(e, machines, analyses) for e in experiments],
@@ -94,7 +96,7 @@ def render_report(sections: list[Section], out: Path, *, machines: list[Machine]
                   for r in df[df.status != "ok"].to_dict("records")],
         claims=[{**row, "machine_label": by_path[path].label}
                 for (path, _), a in analyses.items() for row in _claims(a, "frameworks")],
-        counts=_counts(frames.values()),
+        counts=_counts(runs.values()),
         config_text=Path(config_path).read_text() if config_path else None,
         timing=next((a["provenance"]["timing"] for k, a in analyses.items()
                      if k[0] == first and a.get("provenance", {}).get("timing")), {}),
