@@ -55,6 +55,10 @@ The terms the earlier version lacked, each switchable (``Terms``), none fitted p
 - straggler: a synchronous step waits for the slowest node; with exponential-tailed per-node
   jitter the expected maximum over n nodes grows as H_n ~ ln n (order statistics), so each
   slot stretches by straggler * ln(nodes); ``straggler`` is a fitted number of the system;
+- stage_imbalance: the last pipeline stage also runs the output layer (6 h V FLOPs per token),
+  and 1F1B paces every stage at the slowest one (Narayanan et al. 2021, Sec. 3.1; Megatron-LM
+  later added --decoder-last-pipeline-num-layers to rebalance it): a slot costs
+  (F_hw - 6hV)/p + 6hV per token instead of F_hw/p;
 - gemm_size (off by default): tile and wave quantization of each layer GEMM (output tiles of
   128 x 256 spread over the GPU's SMs in whole waves): q_tile = FLOP-weighted useful fraction
   of the tiles run. With it on, the 530B GEMMs of Figure 9 come out 9% more efficient than the
@@ -233,6 +237,7 @@ class Terms:
     uneven_bubble: bool = True
     straggler: bool = True
     gemm_size: bool = False
+    stage_imbalance: bool = True
     memory: bool = True
     optimizer: bool = True
 
@@ -335,6 +340,21 @@ def gemm_size_factor(model: ModelConfig, layout: Layout, hw: Hardware) -> float:
     return sum(f * tile_efficiency(m, n, hw.sms) for f, (n, _) in zip(flops, gemms)) / sum(flops)
 
 
+def stage_flops_per_token(model: ModelConfig, layout: Layout, imbalance: bool = True) -> float:
+    """FLOPs per token of the pipeline's slowest stage (all TP ranks together).
+
+    The output layer's logits GEMM (6 h V per token, forward and backward, never recomputed:
+    the V terms of Narayanan et al.'s closed forms) runs on the last stage on top of its
+    layers / pp share; 1F1B runs every stage at the slowest one's pace. Without ``imbalance``
+    the FLOPs are spread evenly over the stages, as the earlier model did.
+    """
+    total = model.hardware_flops_per_token(layout.recompute)
+    if not imbalance or layout.pp == 1:
+        return total / layout.pp
+    logits = 6 * model.hidden * model.vocab
+    return (total - logits) / layout.pp + logits
+
+
 def tp_collectives_per_layer(layout: Layout) -> int:
     """TP collectives per layer and micro-batch: 2 forward + 2 backward, and the recomputed
     forward's 2 again under full recompute."""
@@ -411,8 +431,8 @@ def _parts(model: ModelConfig, hw: Hardware, layout: Layout, terms: Terms) -> _P
         raise ValueError(f"layers={model.layers} is not a multiple of pp={layout.pp}")
     nodes = max(1, ceil(layout.gpus / hw.gpus_per_node))
     layers = model.layers / layout.pp
-    flops = (model.hardware_flops_per_token(layout.recompute) * layout.micro_batch
-             * model.seq_len / (layout.tp * layout.pp))
+    flops = (stage_flops_per_token(model, layout, terms.stage_imbalance) * layout.micro_batch
+             * model.seq_len / layout.tp)
     q = gemm_size_factor(model, layout, hw) if terms.gemm_size else 1.0
     gemm = flops / (hw.peak_flops * q)
     memory = (elementwise_bytes_per_microbatch(model, layout) / hw.hbm_bw

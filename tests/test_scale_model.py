@@ -137,6 +137,25 @@ def test_recompute_flops():
     assert full.mfu < none.mfu and full.hfu == pytest.approx(none.hfu)
 
 
+def test_the_last_stage_carries_the_output_layer():
+    """1F1B runs at the slowest stage: the last one's layers/p share plus the logits' 6 h V."""
+    from suite.scale_model import stage_flops_per_token
+
+    l, h, s, v = 4, 8, 16, 100
+    logits = 6 * h * v
+    layers = 72 * l * h * h * (1 + s / (6 * h))
+    lay = _layout(tp=1, pp=2, dp=1, global_batch=4)
+    assert stage_flops_per_token(SMALL, lay) == pytest.approx(layers / 2 + logits)
+    assert stage_flops_per_token(SMALL, lay, imbalance=False) == pytest.approx(
+        (layers + logits) / 2)
+    one = replace(lay, pp=1)
+    assert stage_flops_per_token(SMALL, one) == stage_flops_per_token(SMALL, one, False)
+    on = estimate(SMALL, HW, lay, replace(BANDWIDTH_ONLY, stage_imbalance=True))
+    off = estimate(SMALL, HW, lay, BANDWIDTH_ONLY)
+    assert on.compute_s / off.compute_s == pytest.approx(
+        (layers / 2 + logits) / ((layers + logits) / 2))
+
+
 def test_comm_volumes_by_hand():
     layout = _layout(tp=2, pp=2, dp=4, micro_batch=2, global_batch=16, virtual_stages=2)
     # activation b*s*h*2 bytes = 2*16*8*2 = 512; TP: 4 per layer, 4/2 = 2 layers, ring 1
@@ -303,17 +322,18 @@ def test_each_system_is_fitted_on_its_declared_runs_only(runs, predictions):
 
 
 def test_prediction_errors(predictions):
-    """Held-out errors as of writing (see the closing note of issue 14 for the full table):
+    """Held-out errors as of writing (see the closing notes of issue 14 for the full table):
     MegaScale Table 2 iteration time mean |error| 3.3% (Megatron-LM) and 1.4% (MegaScale),
-    max 5.3% and 3.0%; Figure 9 MFU within 3.2 and 3.8 points; Narayanan 2021 4.7% mean;
-    Megatron README H100 14% mean. Loose bounds that hold with margin guard against regressions.
+    max 5.3% and 3.0%; Figure 9 MFU within 1.1 and 1.6 points; Narayanan 2021 6.7% mean;
+    Megatron README H100 12% mean. Loose bounds that hold with margin guard against regressions.
     """
     s = summarize(predictions).set_index(["dataset", "system"])
     t2 = s.loc["megascale_table2"]
     assert (t2.time_mean_abs_pct < 4).all() and (t2.time_max_abs_pct < 8).all()
     assert (t2.time_mean_signed_pct.abs() < 2.5).all()
-    assert (s.loc["megascale_fig9"].mfu_mean_abs_points < 5).all()
-    assert s.loc["narayanan2021"].time_mean_abs_pct.iloc[0] < 6
+    assert (s.loc["megascale_fig9"].mfu_mean_abs_points < 3).all()
+    assert s.loc["narayanan2021"].time_mean_abs_pct.iloc[0] < 8
+    assert s.loc["megatron_h100"].time_mean_abs_pct.iloc[0] < 14
     assert set(predictions.columns) >= {"compute_s", "bubble_s", "tp_exposed_s",
                                         "pp_exposed_s", "dp_exposed_s", "sync_s",
                                         "optimizer_s", "gemm_efficiency", "straggler"}
