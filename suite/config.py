@@ -200,11 +200,12 @@ class Study:
     batch_sizes: tuple[int, ...]
     max_seq_lens: tuple[int, ...]
     models: tuple[str, ...] = ()
+    baselines: tuple[str, ...] = ()  # fixed_length: a subset of the frameworks; () = all
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Study":
         return cls(d["enabled"], tuple(d["batch_sizes"]), tuple(d["max_seq_lens"]),
-                   tuple(d.get("models", ())))
+                   tuple(d.get("models", ())), tuple(d.get("baselines", ())))
 
     def points(self) -> list[tuple[int, int]]:
         return [(b, s) for b in self.batch_sizes for s in self.max_seq_lens] if self.enabled \
@@ -253,6 +254,13 @@ class BertVarlenConfig:
         if d["padded_baseline"] not in d["baselines"]:
             raise ConfigError(f"bert_varlen.padded_baseline: {d['padded_baseline']!r} is not "
                               f"among the baselines {d['baselines']}; speedups need it")
+        control = d["fixed_length"]["baselines"]
+        if control and (set(control) - set(d["baselines"])
+                        or d["padded_baseline"] not in control):
+            raise ConfigError(f"bert_varlen.fixed_length.baselines: {control} must be among "
+                              f"bert_varlen.baselines {d['baselines']} and include the "
+                              f"padded_baseline {d['padded_baseline']!r} (its speedups divide "
+                              "by it)")
         return cls(baselines=tuple(d["baselines"]), padded_baseline=d["padded_baseline"],
                    model=BertDims(**d["model"]), batch_sizes=tuple(d["batch_sizes"]),
                    max_seq_lens=tuple(d["max_seq_lens"]), distribution=d["distribution"],
@@ -266,7 +274,14 @@ class BertVarlenConfig:
         for name in STUDIES:
             if name != "variants":
                 d[name].pop("models")
+            # written only where set, so that configs from before the key hash as they did
+            if name != "fixed_length" or not d[name]["baselines"]:
+                d[name].pop("baselines")
         return d
+
+    def fixed_length_baselines(self) -> tuple[str, ...]:
+        """The frameworks of the fixed-length control (all of them unless a subset is set)."""
+        return self.fixed_length.baselines or self.baselines
 
     def points(self) -> list[tuple[int, int]]:
         return [(b, s) for b in self.batch_sizes for s in self.max_seq_lens]

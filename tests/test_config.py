@@ -132,3 +132,24 @@ def test_dataclasses_check_through_the_schema():
         PretrainConfig.from_dict({"grad_clip": -0.5})
     with pytest.raises(ConfigError, match=r"unknown key\(s\) \['m'\] for kind='gpt'"):
         PretrainConfig(model={"n_layer": 1, "n_embd": 16, "n_head": 2, "m": 2})
+
+
+def test_the_fixed_length_control_may_run_a_subset_of_the_frameworks():
+    from suite.experiments.plan import jobs
+
+    base = {"baselines": ["torch-eager", "torch-jit", "reference"],
+            "padded_baseline": "torch-eager"}
+    every = BertVarlenConfig.from_dict(base)
+    some = BertVarlenConfig.from_dict({**base, "fixed_length": {"baselines": ["torch-eager",
+                                                                             "reference"]}})
+    assert {j.system for j in jobs(every)["bert_fixed"]} == set(base["baselines"])
+    assert {j.system for j in jobs(some)["bert_fixed"]} == {"torch-eager", "reference"}
+    assert jobs(some)["bert_varlen"] == jobs(every)["bert_varlen"]
+    # unset, the key stays out of the records' config: older records keep their config hash
+    assert "baselines" not in every.to_dict()["fixed_length"]
+    assert some.to_dict()["fixed_length"]["baselines"] == ["torch-eager", "reference"]
+    with pytest.raises(ConfigError, match=r"fixed_length.baselines: \['onnxruntime'\] must be "
+                                          r"among bert_varlen.baselines"):
+        BertVarlenConfig.from_dict({**base, "fixed_length": {"baselines": ["onnxruntime"]}})
+    with pytest.raises(ConfigError, match=r"include the padded_baseline 'torch-eager'"):
+        BertVarlenConfig.from_dict({**base, "fixed_length": {"baselines": ["reference"]}})

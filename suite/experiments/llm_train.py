@@ -389,7 +389,9 @@ def _train(record: Record, cfg: TrainConfig, engine: Trainer, dist: DistInfo,
                        "flops_per_token": {"model": flops.model_flops_per_token,
                                            "hardware": flops.hardware_flops_per_token,
                                            "formula": flops.formula},
-                       "rank_slice": "contiguous rows [r*b, (r+1)*b) of each global batch"}
+                       "rank_slice": "contiguous rows [r*b, (r+1)*b) of each global batch",
+                       # torchrun's agents, one per node (1 without a launcher)
+                       "nodes": int(os.environ.get("GROUP_WORLD_SIZE", "1"))}
 
     reference = None
     if check_steps and rank == 0:  # before the engine exists: nothing else runs meanwhile
@@ -553,4 +555,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # The record and the step log are closed by now. Interpreter teardown of the engines'
+    # communication threads (gloo, DeepSpeed) sometimes aborts a finished run ("terminate called
+    # without an active exception", exit 250), which would turn an ok record into a failed one:
+    # leave without running C++ static destructors.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -37,7 +37,8 @@ def jobs(cfg: BertVarlenConfig) -> dict[str, list[Job]]:
     """Jobs per experiment, experiments without jobs left out."""
     cases = {
         "bert_varlen": ([("bert", b) for b in cfg.baselines], cfg.points() if cfg.enabled else []),
-        "bert_fixed": ([("bert", b) for b in cfg.baselines], cfg.fixed_length.points()),
+        "bert_fixed": ([("bert", b) for b in cfg.fixed_length_baselines()],
+                       cfg.fixed_length.points()),
         "bert_ablation": ([("bert", ladder_name(i)) for i in range(len(LADDER))],
                           cfg.ablation.points()),
         "bert_variants": ([(m, s) for m in cfg.variants.models for s in VARIANT_SYSTEMS],
