@@ -11,13 +11,14 @@ STAMP := $(VENV)/.seedbench-installed
 # Console scripts of the venv (seedbench, snakemake) for the workflow's shell rules.
 RUN := PATH="$(abspath $(BIN)):$$PATH"
 
-.PHONY: help venv reproduce report test lint lock clean browser
+.PHONY: help venv reproduce report test test-cluster slurm lint lock clean browser
 
 help:
 	@echo "make reproduce [CONFIG=workflows/config/paper.yaml]  run the workflow -> reports/index.html"
 	@echo "make report                                         reports/index.html from the records of"
 	@echo "                                                    every machine under results/ (runs nothing)"
 	@echo "make test                                           run the test suite"
+	@echo "make test-cluster                                   only the cluster tests (local SLURM, two nodes)"
 	@echo "make lint                                           ruff + snakemake --lint (fails on any finding)"
 	@echo "make lock                                           rewrite requirements.lock from the venv"
 
@@ -58,8 +59,19 @@ browser:
 		|| echo "apt-get could not install chromium: the report's browser test will skip"; \
 	else echo "no chromium/chromedriver and not root: the report's browser test will skip"; fi
 
-test: $(STAMP) browser
+# The cluster tests (tests/test_cluster.py) bring up a local SLURM (workflows/cluster/
+# local_slurm.py: Debian's slurm-wlm, slurmdbd, munge, MariaDB), installed here when absent and
+# the user is root; otherwise those tests skip with the reason.
+slurm:
+	@if [ "$$(id -u)" = 0 ]; then $(PYTHON) workflows/cluster/local_slurm.py install \
+		|| echo "local SLURM could not be installed: the SLURM tests will skip"; \
+	else echo "not root: the SLURM tests skip unless SLURM is installed"; fi
+
+test: $(STAMP) browser slurm
 	$(RUN) $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-cluster: $(STAMP) slurm
+	$(RUN) $(BIN)/python -m pytest -m cluster -s $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

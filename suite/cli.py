@@ -64,8 +64,16 @@ def main(argv: list[str] | None = None) -> int:
     train.add_argument("--check-steps", type=int, default=3)
     train.add_argument("--peak", type=Path)
     train.add_argument("--timeout-s", type=float, default=1800.0)
-    train.add_argument("--nnodes", type=int, default=1)
+    train.add_argument("--nnodes", type=int, default=1,
+                       help="nodes of the run; > 1 needs --rdzv-endpoint (the same command on "
+                            "every node) or a SLURM allocation of that many nodes (one torchrun "
+                            "per node through srun, meeting at the allocation's first host)")
     train.add_argument("--rdzv-endpoint", help="HOST:PORT every node reaches (multi-node)")
+    train.add_argument("--node-rank", type=int,
+                       help="this node's rank with --rdzv-endpoint: node 0 writes the record, "
+                            "the others only run their ranks")
+    train.add_argument("--local-addr", help="this node's address as the other nodes reach it "
+                                            "(torchrun --local-addr; default: its hostname)")
     train.add_argument("--out", type=Path, required=True)
     train.add_argument("--steplog", type=Path, required=True)
 
@@ -311,17 +319,25 @@ def _peak(args: argparse.Namespace) -> int:
     return 0
 
 
+def _launcher_of(trainer: str) -> str:
+    from suite.trainers import registry as trainers
+
+    return trainers.create(trainer).launcher
+
+
 def _train(args: argparse.Namespace) -> int:
     """Launch the run (torchrun, the deepspeed launcher or one process) under supervision: a
     crash, a hang past the limit (the whole process group is killed) or a missing record
     becomes a failed record."""
+    from suite.cluster import AllocationError, multi_node_allocation, srun_environment
     from suite.launch import command, run_isolated
-    from suite.records import Record, failed_record
+    from suite.records import Record, failed_record, write_record
 
     train = json.loads(args.train_json)
 
     def failed(reason: str) -> Record:
-        point = {"nprocs": args.nprocs, **({"label": args.label} if args.label else {})}
+        point = {"nprocs": args.nprocs, **({"nnodes": args.nnodes} if args.nnodes > 1 else {}),
+                 **({"label": args.label} if args.label else {})}
         return failed_record(args.experiment, args.trainer, point, train,
                              reason)
 
@@ -332,11 +348,35 @@ def _train(args: argparse.Namespace) -> int:
         inner += ["--label", args.label]
     if args.peak:
         inner += ["--peak", str(args.peak)]
-    cmd = command(args.trainer, args.nprocs, inner, nnodes=args.nnodes,
-                  rdzv_endpoint=args.rdzv_endpoint)
-    args.out.unlink(missing_ok=True)
-    args.steplog.parent.mkdir(parents=True, exist_ok=True)
-    run_isolated(cmd, args.out, failed, args.timeout_s)
+    owner = not args.node_rank  # node 0 (or a one-node run) owns the record
+    if owner:
+        args.out.unlink(missing_ok=True)
+        args.steplog.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        endpoint, prefix, rdzv_id, env = args.rdzv_endpoint, [], "seedbench", None
+        if args.nnodes > 1 and not endpoint:  # the nodes of the SLURM allocation
+            alloc = multi_node_allocation(args.nnodes)
+            endpoint, prefix = alloc.rendezvous_endpoint(), alloc.srun_prefix(args.nnodes)
+            rdzv_id, env = f"slurm-{alloc.job_id}", srun_environment(os.environ)
+        # several nodes: torchrun for the ZeRO engines too (DeepSpeed's runner would start the
+        # other nodes over ssh; its engines only need the process group torchrun builds)
+        launcher = "torchrun" if args.nnodes > 1 and _launcher_of(args.trainer) == "deepspeed" \
+            else None
+        cmd = prefix + command(args.trainer, args.nprocs, inner, nnodes=args.nnodes,
+                               launcher=launcher,
+                               node_rank=args.node_rank, rdzv_endpoint=endpoint,
+                               rdzv_id=rdzv_id, local_addr=args.local_addr,
+                               join_timeout_s=args.timeout_s if args.nnodes > 1 else None)
+    except (AllocationError, ValueError, FileNotFoundError) as e:
+        if not owner:
+            raise
+        write_record(failed(f"cannot launch: {e}"), args.out)
+        args.steplog.touch()
+        return 0
+    code = run_isolated(cmd, args.out, failed if owner else None, args.timeout_s,
+                        record_wait_s=60.0 if args.nnodes > 1 else 0.0, env=env)
+    if not owner:
+        return code
     if not args.steplog.exists():  # a run that failed before its first step: an empty log
         args.steplog.touch()
     return 0

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,14 +31,21 @@ MODULE = "suite.experiments.llm_train"  # what every rank runs
 TAIL_LINES = 15
 
 
-def run_isolated(cmd: list[str], out: Path, failed: Callable[[str], Record],
-                 timeout_s: float) -> None:
+def run_isolated(cmd: list[str], out: Path, failed: Callable[[str], Record] | None,
+                 timeout_s: float, record_wait_s: float = 0.0,
+                 env: dict[str, str] | None = None) -> int:
     """Run ``cmd``, which must write the record ``out``; if it dies or hangs without writing it,
-    write ``failed(reason)`` there instead. The child's stderr is passed through."""
+    write ``failed(reason)`` there instead. The child's stderr is passed through.
+
+    ``failed=None``: this supervisor does not own the record (a node other than node 0 of a
+    multi-node run): nothing is written, the exit code is returned. ``record_wait_s``: how long
+    to wait after a clean exit for a record that another node's rank 0 writes (multi-node: the
+    rendezvous, not the node rank, decides where global rank 0 runs). ``env``: the child's
+    environment (default: this process's)."""
     tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
     # Its own process group: a launcher's workers (torchrun) are killed with it on a timeout.
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, errors="replace",
-                            start_new_session=True)
+                            start_new_session=True, env=env)
     reader = threading.Thread(target=_pump, args=(proc.stderr, tail), daemon=True)
     reader.start()
     try:
@@ -53,10 +61,14 @@ def run_isolated(cmd: list[str], out: Path, failed: Callable[[str], Record],
         proc.wait()
         code, reason = 124, f"timed out after {timeout_s:g} s"
     reader.join(timeout=5)
-    if out.exists() and code == 0:
-        return
+    deadline = time.monotonic() + record_wait_s
+    while code == 0 and not out.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if failed is None or (out.exists() and code == 0):
+        return code
     detail = "\n".join(tail)
     write_record(failed(f"{reason}; last output:\n{detail}" if detail else reason), out)
+    return code
 
 
 def _pump(stream, tail: collections.deque) -> None:
@@ -74,7 +86,8 @@ def _script(name: str, python: str) -> str | None:
 def command(trainer: str | Trainer, nprocs: int, args: Sequence[str], *, nnodes: int = 1,
             node_rank: int | None = None, rdzv_endpoint: str | None = None,
             rdzv_id: str = "seedbench", hostfile: str | None = None,
-            launcher: str | None = None, python: str = sys.executable) -> list[str]:
+            launcher: str | None = None, python: str = sys.executable,
+            local_addr: str | None = None, join_timeout_s: float | None = None) -> list[str]:
     """The command line that starts ``nprocs`` ranks per node of the training run (``MODULE``)
     with ``args``.
 
@@ -84,7 +97,11 @@ def command(trainer: str | Trainer, nprocs: int, args: Sequence[str], *, nnodes:
     - ``torchrun``: ``torchrun --standalone --nproc-per-node N -m ...`` on one node. Multi-node:
       ``--nnodes M --nproc-per-node N --rdzv-backend c10d --rdzv-endpoint HOST:PORT --rdzv-id ID
       [--node-rank R]``, the same command on every node; ``rdzv_endpoint`` is a host:port every
-      node reaches (usually node 0), ``node_rank`` may be left to the rendezvous.
+      node reaches (usually node 0), ``node_rank`` may be left to the rendezvous (c10d ignores
+      it: ranks follow the sorted node addresses). ``local_addr``: this node's address as the
+      others reach it (torchrun's ``--local-addr``; default: its hostname, which must resolve
+      on every node). ``join_timeout_s``: how long the rendezvous waits for every node
+      (``--rdzv-conf join_timeout=``, torchrun's default 600 s).
     - ``deepspeed`` (the ZeRO engines): ``deepspeed --num_gpus N --num_nodes M --no_local_rank
       --module ...``; multi-node adds ``--hostfile H --master_addr HOST --master_port PORT``
       (from ``rdzv_endpoint``), and DeepSpeed's runner starts the other nodes itself over ssh,
@@ -137,4 +154,8 @@ def command(trainer: str | Trainer, nprocs: int, args: Sequence[str], *, nnodes:
                 "--rdzv-id", rdzv_id]
         if node_rank is not None:
             cmd += ["--node-rank", str(node_rank)]
+        if local_addr:
+            cmd += ["--local-addr", local_addr]
+        if join_timeout_s is not None:
+            cmd += ["--rdzv-conf", f"join_timeout={max(1, int(join_timeout_s))}"]
     return [*cmd, "-m", MODULE, *args]

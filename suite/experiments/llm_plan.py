@@ -33,9 +33,22 @@ class LlmJob:
     experiment: str
     label: str  # a model size, an ablation step, an optimizer setting
     trainer: str
-    nprocs: int
+    nprocs: int  # processes per node
     train: dict[str, Any]  # a complete suite.trainers.config.TrainConfig section
     check_steps: int = 3  # steps gated against the single-process reference before timing
+    nnodes: int = 1
+
+    @property
+    def gpus_per_node(self) -> int:
+        """GPUs the job needs on each node: one per process on cuda, none otherwise ("auto"
+        asks for none: a scheduler cannot know what auto will find)."""
+        return self.nprocs if self.train.get("device") == "cuda" else 0
+
+    @property
+    def gres(self) -> str:
+        """The SLURM generic resource of each node (``--gres`` counts per node; ``--gpus``
+        would count over all nodes of the job), empty without GPUs."""
+        return f"gpu:{self.gpus_per_node}" if self.gpus_per_node else ""
 
     def path(self, results: str) -> str:
         return f"{results}/{self.experiment}/{self.label}/{self.trainer}.json"
@@ -99,21 +112,25 @@ def jobs(config: dict[str, Any]) -> dict[str, list[LlmJob]]:
     if not llm["enabled"]:
         return {}
     n, check = llm["nprocs"], llm["check_steps"]
-    procs = lambda trainer: 1 if trainer == SINGLE else n  # noqa: E731
+
+    def job(experiment: str, label: str, trainer: str, train: dict[str, Any]) -> LlmJob:
+        if trainer == SINGLE:  # one process on one node
+            return LlmJob(experiment, label, trainer, 1, train, check)
+        return LlmJob(experiment, label, trainer, n, train, check, llm["nnodes"])
+
     out: dict[str, list[LlmJob]] = {}
     if llm["mfu"]["enabled"]:
-        out["llm_mfu"] = [LlmJob("llm_mfu", size, t, procs(t), train_config(llm, size), check)
+        out["llm_mfu"] = [job("llm_mfu", size, t, train_config(llm, size))
                           for size in llm["mfu"]["sizes"] for t in llm["mfu"]["trainers"]]
     if llm["engines"]["enabled"]:
         size = llm["engines"]["size"]
-        out["llm_engines"] = [LlmJob("llm_engines", size, t, procs(t), train_config(llm, size),
-                                     check)
+        out["llm_engines"] = [job("llm_engines", size, t, train_config(llm, size))
                               for t in llm["engines"]["trainers"]]
     if llm["ablation"]["enabled"]:
         a = llm["ablation"]
         out["llm_ablation"] = [
-            LlmJob("llm_ablation", f"{i}-{name}", a["trainer"], procs(a["trainer"]),
-                   train_config(llm, a["size"], **ablation_overrides(llm, i)), check)
+            job("llm_ablation", f"{i}-{name}", a["trainer"],
+                train_config(llm, a["size"], **ablation_overrides(llm, i)))
             for i, (name, _, _) in enumerate(ABLATION)]
     if llm["loss"]["enabled"]:
         lo = llm["loss"]

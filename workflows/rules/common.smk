@@ -76,8 +76,10 @@ def llm_steplogs(wildcards):
     return [p.removesuffix(".json") + ".steps.jsonl" for p in records(wildcards)]
 
 
-def llm_job(wildcards, output):
-    return LLM_JOBS[output.record]
+def llm_job(wildcards, output=None):
+    """The planned run of an llm_point job (resources get no ``output``: the path is rebuilt
+    from the wildcards)."""
+    return LLM_JOBS[f"{RESULTS}/{wildcards.experiment}/{wildcards.label}/{wildcards.trainer}.json"]
 
 
 # ---- the VWN and PMA loss runs (suite.experiments.pretrain_plan)

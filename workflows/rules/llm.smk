@@ -21,9 +21,20 @@ rule llm_point:
         check=lambda wildcards, output: llm_job(wildcards, output).check_steps,
         timeout=config["llm"]["timeout_s"],
     threads: TIMED_THREADS
+    # what the run launches, so that a scheduler (the slurm profile) allocates exactly that:
+    # nodes, one launcher task per node, and on cuda one GPU per process on each node (gres
+    # counts per node; the plugin's `gpu` is --gpus, a total over the nodes, so it is 0 here).
+    # Profiles leave these keys to the rule (tests/test_cluster.py checks it).
+    resources:
+        nodes=lambda wildcards: llm_job(wildcards).nnodes,
+        tasks=lambda wildcards: llm_job(wildcards).nnodes,
+        gres=lambda wildcards: llm_job(wildcards).gres,
+        gpu=0,
+        # the plugin turns a GPU job's tasks into --ntasks-per-gpu unless this says none
+        tasks_per_gpu=0,
     shell:
         "seedbench train {wildcards.experiment} --trainer {wildcards.trainer}"
-        " --label {wildcards.label}"
+        " --label {wildcards.label} --nnodes {resources.nodes}"
         " --nprocs {params.nprocs} --check-steps {params.check} --train-json {params.train:q}"
         " --peak {input.peak}"
         " --timeout-s {params.timeout} --out {output.record} --steplog {output.steps} 2> {log}"
