@@ -39,15 +39,20 @@ $(STAMP): pyproject.toml requirements.lock $(EXAMPLE_PLUGIN)/pyproject.toml $(LO
 
 venv: $(STAMP)
 
+# A lock left by a killed run (no Snakemake process alive here) is dropped first, with a message:
+# workflows/unlock_stale.py.
+SNAKEMAKE = $(BIN)/snakemake --profile workflows/profiles/local --configfile $(CONFIG)
+UNLOCK_STALE = $(BIN)/python workflows/unlock_stale.py $(SNAKEMAKE)
+
 reproduce: $(STAMP)
-	$(RUN) $(BIN)/snakemake --profile workflows/profiles/local --configfile $(CONFIG) \
-		--cores $(CORES) $(SNAKEFLAGS)
+	$(RUN) $(UNLOCK_STALE)
+	$(RUN) $(SNAKEMAKE) --cores $(CORES) $(SNAKEFLAGS)
 
 # Tables, figures and the report from the records on disk of every machine folder under results/
 # and results/published/: no model runs (report_only in the config schema).
 report: $(STAMP)
-	$(RUN) $(BIN)/snakemake --profile workflows/profiles/local --configfile $(CONFIG) \
-		--config report_only=True --cores $(CORES) $(SNAKEFLAGS)
+	$(RUN) $(UNLOCK_STALE)
+	$(RUN) $(SNAKEMAKE) --config report_only=True --cores $(CORES) $(SNAKEFLAGS)
 
 # The report's browser test (tests/test_report_browser.py) opens the report in Debian's chromium
 # through chromedriver: installed here when absent and the user is root; otherwise it skips.

@@ -9,6 +9,7 @@ must keep going and the report must list all three with their reasons.
 import json
 import os
 import shutil
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -156,6 +157,13 @@ def test_workflow_end_to_end(workdir):
                        f"-DADAPTER={ROOT / 'examples/external-hf/seedbench_external_hf.py'}"]}}
     run_workflow(workdir, config)
     results = workdir / "results" / MACHINE
+
+    # Snakemake's own report packs the same figures (report() outputs of the rules)
+    smk = subprocess.run([str(Path(sys.executable).parent / "snakemake"), "--configfile",
+                          "test.yaml", "--cores", "1", "--report", "smk-report.html"],
+                         cwd=workdir, capture_output=True, text=True, timeout=600)
+    assert smk.returncode == 0, smk.stderr[-3000:]
+    assert (workdir / "smk-report.html").stat().st_size > 100_000
 
     # records: one per (baseline, point), each with the status its baseline earns
     recs = {p.relative_to(results / "bert_varlen" / "bert").as_posix(): read_record(p)
