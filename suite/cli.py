@@ -319,12 +319,6 @@ def _peak(args: argparse.Namespace) -> int:
     return 0
 
 
-def _launcher_of(trainer: str) -> str:
-    from suite.trainers import registry as trainers
-
-    return trainers.create(trainer).launcher
-
-
 def _train(args: argparse.Namespace) -> int:
     """Launch the run (torchrun, the deepspeed launcher or one process) under supervision: a
     crash, a hang past the limit (the whole process group is killed) or a missing record
@@ -358,12 +352,7 @@ def _train(args: argparse.Namespace) -> int:
             alloc = multi_node_allocation(args.nnodes)
             endpoint, prefix = alloc.rendezvous_endpoint(), alloc.srun_prefix(args.nnodes)
             rdzv_id, env = f"slurm-{alloc.job_id}", srun_environment(os.environ)
-        # several nodes: torchrun for the ZeRO engines too (DeepSpeed's runner would start the
-        # other nodes over ssh; its engines only need the process group torchrun builds)
-        launcher = "torchrun" if args.nnodes > 1 and _launcher_of(args.trainer) == "deepspeed" \
-            else None
         cmd = prefix + command(args.trainer, args.nprocs, inner, nnodes=args.nnodes,
-                               launcher=launcher,
                                node_rank=args.node_rank, rdzv_endpoint=endpoint,
                                rdzv_id=rdzv_id, local_addr=args.local_addr,
                                join_timeout_s=args.timeout_s if args.nnodes > 1 else None)

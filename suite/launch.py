@@ -91,7 +91,9 @@ def command(trainer: str | Trainer, nprocs: int, args: Sequence[str], *, nnodes:
     """The command line that starts ``nprocs`` ranks per node of the training run (``MODULE``)
     with ``args``.
 
-    ``launcher`` defaults to the engine's own (``Trainer.launcher``):
+    ``launcher`` defaults to the engine's own (``Trainer.launcher``), except that the ZeRO
+    engines on several nodes without a ``hostfile`` run under torchrun, the same command on
+    every node:
 
     - ``single``: ``python -m suite.experiments.llm_train ARGS`` (nprocs 1, one node).
     - ``torchrun``: ``torchrun --standalone --nproc-per-node N -m ...`` on one node. Multi-node:
@@ -115,7 +117,11 @@ def command(trainer: str | Trainer, nprocs: int, args: Sequence[str], *, nnodes:
     for label, value in (("nprocs", nprocs), ("nnodes", nnodes)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{label}={value!r} must be a positive int")
-    launcher = launcher or engine.launcher
+    if launcher is None:
+        # several nodes and no hostfile: torchrun for the ZeRO engines too (DeepSpeed's runner
+        # would start the other nodes over ssh; its engines only need torchrun's process group)
+        ssh_free = engine.launcher == "deepspeed" and nnodes > 1 and not hostfile
+        launcher = "torchrun" if ssh_free else engine.launcher
     args = [str(a) for a in args]
     if (launcher == "single") != (engine.launcher == "single"):
         raise ValueError(f"trainer {engine.name!r} (launcher {engine.launcher!r}) cannot run "
