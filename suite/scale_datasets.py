@@ -25,7 +25,8 @@ iteration time and MFU. What a paper leaves unsaid is an assumption, declared he
   of every layer (the script's uniform checkpointing of 1 layer; Eq. (3) counts it), no
   sequence parallelism (it came in 2022); the script's "torch" DDP overlaps the gradient
   all-reduce with the backward pass (dp_overlap 1, bounded by the window), its "local" DDP
-  overlaps nothing; TP and PP not overlapped.
+  overlaps nothing; TP and PP not overlapped. Gradients reduced in fp16 (2 bytes): the script
+  trains with --fp16 and does not set --accumulate-allreduce-grads-in-fp32 (off by default).
 - Megatron README H100: the README states TP/PP/DP communication overlap (--tp-comm-overlap,
   --overlap-grad-reduce, --overlap-param-gather, PP overlap by default): overlaps 1 (DP bounded
   by its window); micro-batch 1, v 1, sequence parallelism where TP > 1 and no recompute (not
@@ -166,7 +167,8 @@ def narayanan_runs(table: pd.DataFrame) -> list[Run]:
             if pd.notna(r.layers_per_virtual_stage) else 1
         overlap = 1.0 if r.ddp_impl == "torch" else 0.0
         layout = replace(_layout(system, int(r.gpus), int(r.batch_size), int(r.tp), pp, v,
-                                 int(r.micro_batch_size), recompute="full"), dp_overlap=overlap)
+                                 int(r.micro_batch_size), recompute="full", grad_bytes=2),
+                         dp_overlap=overlap)
         # Eq. (3) counts the recompute: iteration time = those FLOPs / the aggregate rate
         flops = model.hardware_flops_per_token("full") * int(r.batch_size) * model.seq_len
         runs.append(Run("narayanan2021", system, f"{r.params_billion}B {r.gpus} GPUs", model,

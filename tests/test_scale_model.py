@@ -324,15 +324,16 @@ def test_each_system_is_fitted_on_its_declared_runs_only(runs, predictions):
 def test_prediction_errors(predictions):
     """Held-out errors as of writing (see the closing notes of issue 14 for the full table):
     MegaScale Table 2 iteration time mean |error| 3.3% (Megatron-LM) and 1.4% (MegaScale),
-    max 5.3% and 3.0%; Figure 9 MFU within 1.1 and 1.6 points; Narayanan 2021 6.7% mean;
-    Megatron README H100 12% mean. Loose bounds that hold with margin guard against regressions.
+    max 5.3% and 3.0%; Figure 9 MFU within 1.1 and 1.6 points; Narayanan 2021 5.7% mean
+    (fp16 gradients); Megatron README H100 12% mean. Loose bounds that hold with margin guard
+    against regressions.
     """
     s = summarize(predictions).set_index(["dataset", "system"])
     t2 = s.loc["megascale_table2"]
     assert (t2.time_mean_abs_pct < 4).all() and (t2.time_max_abs_pct < 8).all()
     assert (t2.time_mean_signed_pct.abs() < 2.5).all()
     assert (s.loc["megascale_fig9"].mfu_mean_abs_points < 3).all()
-    assert s.loc["narayanan2021"].time_mean_abs_pct.iloc[0] < 8
+    assert s.loc["narayanan2021"].time_mean_abs_pct.iloc[0] < 7
     assert s.loc["megatron_h100"].time_mean_abs_pct.iloc[0] < 14
     assert set(predictions.columns) >= {"compute_s", "bubble_s", "tp_exposed_s",
                                         "pp_exposed_s", "dp_exposed_s", "sync_s",
