@@ -11,12 +11,13 @@ STAMP := $(VENV)/.seedbench-installed
 # Console scripts of the venv (seedbench, snakemake) for the workflow's shell rules.
 RUN := PATH="$(abspath $(BIN)):$$PATH"
 
-.PHONY: help venv reproduce report test test-cluster slurm lint lock clean browser
+.PHONY: help venv reproduce report rerun-noisy test test-cluster slurm lint lock clean browser
 
 help:
 	@echo "make reproduce [CONFIG=workflows/config/paper.yaml]  run the workflow -> reports/index.html"
 	@echo "make report                                         reports/index.html from the records of"
 	@echo "                                                    every machine under results/ (runs nothing)"
+	@echo "make rerun-noisy                                    re-run the points timed on a busy machine"
 	@echo "make test                                           run the test suite"
 	@echo "make test-cluster                                   only the cluster tests (local SLURM, two nodes)"
 	@echo "make lint                                           ruff + snakemake --lint (fails on any finding)"
@@ -53,6 +54,13 @@ reproduce: $(STAMP)
 report: $(STAMP)
 	$(RUN) $(UNLOCK_STALE)
 	$(RUN) $(SNAKEMAKE) --config report_only=True --cores $(CORES) $(SNAKEFLAGS)
+
+# The points of this config's machine folder timed on a busy or noisy machine (their records say
+# so; the report lists them), run again: Snakemake forced on exactly those records
+# (workflows/rerun_noisy.py).
+rerun-noisy: $(STAMP)
+	$(RUN) $(UNLOCK_STALE)
+	$(RUN) $(BIN)/python workflows/rerun_noisy.py $(CONFIG) $(SNAKEMAKE) --cores $(CORES) $(SNAKEFLAGS)
 
 # The report's browser test (tests/test_report_browser.py) opens the report in Debian's chromium
 # through chromedriver: installed here when absent and the user is root; otherwise it skips.

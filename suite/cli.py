@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from suite.experiments import registry as experiments
+from suite.machine_load import NOISY_CV
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -145,8 +146,15 @@ def main(argv: list[str] | None = None) -> int:
     cmp.add_argument("new", help="the same, compared against base")
     cmp.add_argument("--threshold", type=float, default=0.05,
                      help="a change counts when its whole 95%% CI is beyond 1 +/- this (0.05)")
-    cmp.add_argument("--noisy-cv", type=float, default=0.10,
-                     help="a point whose samples vary more than this CV is 'noisy' (0.10)")
+    cmp.add_argument("--noisy-cv", type=float, default=NOISY_CV,
+                     help="a point whose samples vary more than this CV is 'noisy' "
+                          f"({NOISY_CV}; so is one timed beside busy processes)")
+    noisy = sub.add_parser("noisy", help="the records of points timed on a busy or noisy "
+                                         "machine, one path per line (make rerun-noisy "
+                                         "re-runs them)")
+    noisy.add_argument("folders", nargs="*", type=Path, help="results folders")
+    noisy.add_argument("--config", type=Path,
+                       help="a workflow config: its machine's folder, results/<machine>")
     cmp.add_argument("--out", type=Path, help="also write the Markdown table here")
 
     scale = sub.add_parser("scale-table", help="the cluster-scale model against every published "
@@ -208,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return COMMANDS[args.command](args)
-    except (ValueError, KeyError, FileNotFoundError) as e:
+    except (ValueError, KeyError, OSError) as e:  # OSError: a missing file, a full disk
         print(f"seedbench {args.command}: error: {e}", file=sys.stderr)
         return 2
 
@@ -548,6 +556,32 @@ def _compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _noisy(args: argparse.Namespace) -> int:
+    from suite.machine_load import noise_columns
+    from suite.records import NOT_RECORDS, read_record
+
+    if not args.folders and not args.config:
+        raise ValueError("give results folders or --config")
+    folders = list(args.folders)
+    if args.config:
+        from suite.config import load
+        from suite.env import machine_slug
+
+        machine = load(args.config)["machine"]
+        mine = Path("results") / (machine_slug() if machine == "auto" else machine)
+        if mine.is_dir():  # else nothing has run on this machine yet: nothing is noisy
+            folders.append(mine)
+    for folder in folders:
+        if not folder.is_dir():
+            raise ValueError(f"{folder} is not a folder of results")
+        for path in sorted(folder.rglob("*.json")):
+            if path.name in NOT_RECORDS or path.name.startswith(".") or "logs" in path.parts:
+                continue
+            if noise_columns(read_record(path).timing)["noisy"]:
+                print(path)
+    return 0
+
+
 def _scale_table(args: argparse.Namespace) -> int:
     from suite.scale_datasets import validation_table
 
@@ -610,7 +644,7 @@ COMMANDS = {"run": _run, "peak": _peak, "env": _env, "baselines": _baselines,
             "experiments": _experiments, "build-external": _build_external, "table": _table,
             "train": _train, "trainers": _trainers, "pretrain": _pretrain,
             "pretrain-table": _pretrain_table, "llm-table": _llm_table,
-            "plot": _plot, "analyze": _analyze, "compare": _compare,
+            "plot": _plot, "analyze": _analyze, "compare": _compare, "noisy": _noisy,
             "scale-model": _scale_model, "scale-table": _scale_table, "report": _report,
             "publish": _publish,
             "headlines": _headlines}

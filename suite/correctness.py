@@ -24,6 +24,10 @@ def compare(output: Any, reference: torch.Tensor, attention_mask: torch.Tensor,
     """Max abs / rel error of ``output`` against ``reference`` on positions where mask == 1."""
     if dtype not in TOLERANCE:
         raise ValueError(f"dtype={dtype!r} has no tolerance; known: {sorted(TOLERANCE)}")
+    problem = _output_problem(output)
+    if problem:
+        return {"passed": False, "reason": problem, "tolerance_abs": TOLERANCE[dtype],
+                "reference": REFERENCE}
     out = _as_float64(output)
     ref = reference.detach().to("cpu", torch.float64)
     if out.shape != ref.shape:
@@ -43,6 +47,22 @@ def compare(output: Any, reference: torch.Tensor, attention_mask: torch.Tensor,
         result["reason"] = ("non-finite values at valid positions" if not finite else
                             f"max abs error {max_abs:.3g} > tolerance {TOLERANCE[dtype]:g}")
     return result
+
+
+def _output_problem(x: Any) -> str | None:
+    """Why ``x`` cannot be a hidden state at all (a plugin's wrong type, dtype or device), or
+    None: such an output is incorrect, said plainly, rather than a conversion error."""
+    if isinstance(x, torch.Tensor):
+        if x.is_meta:
+            return "output on device meta: a tensor without values"
+        if not x.is_floating_point():
+            return f"output dtype {x.dtype}: a hidden state is floating point"
+        return None
+    if isinstance(x, np.ndarray):
+        if x.dtype.kind != "f":
+            return f"output dtype {x.dtype}: a hidden state is floating point"
+        return None
+    return f"output of type {type(x).__name__}: expected a tensor or a numpy array"
 
 
 def _as_float64(x: Any) -> torch.Tensor:

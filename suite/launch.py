@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from suite.records import Record, write_record
+from suite.records import Record, clip, write_record
 from suite.trainers import registry as trainers
 
 if TYPE_CHECKING:
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 MODULE = "suite.experiments.llm_train"  # what every rank runs
 TAIL_LINES = 15
+TAIL_LINE_CHARS = 500  # each kept line at most (a process may print one enormous line)
 
 
 def run_isolated(cmd: list[str], out: Path, failed: Callable[[str], Record] | None,
@@ -74,7 +75,7 @@ def run_isolated(cmd: list[str], out: Path, failed: Callable[[str], Record] | No
 def _pump(stream, tail: collections.deque) -> None:
     for line in stream:
         sys.stderr.write(line)
-        tail.append(line.rstrip("\n"))
+        tail.append(clip(line.rstrip("\n"), TAIL_LINE_CHARS))
 
 
 def _script(name: str, python: str) -> str | None:

@@ -115,10 +115,20 @@ def failed_record(experiment: str, system: str, point: dict[str, Any],
                       env=envmod.capture(torch_info=False))
 
 
+def clip(text: str, limit: int = 4000) -> str:
+    """``text`` cut to about ``limit`` characters, head and tail kept: what a plugin or an
+    external program says goes into records, and a flood of it must not."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]} [... {len(text) - 2 * half} characters cut ...] {text[-half:]}"
+
+
 def error_reason(e: BaseException) -> str:
-    """``"{Type}: {message}"``; a KeyError's message without the quotes its repr adds."""
+    """``"{Type}: {message}"`` (clipped); a KeyError's message without the quotes its repr
+    adds."""
     message = e.args[0] if isinstance(e, KeyError) and e.args else e
-    return f"{type(e).__name__}: {message}"
+    return clip(f"{type(e).__name__}: {message}")
 
 
 @contextmanager
@@ -143,8 +153,8 @@ def outcome(record: Record, *, traceback_limit: int = 8) -> Iterator[Record]:
         record.status, record.reason = Status.FAILED, error_reason(e)
         tb = e.__traceback__
         tb = tb.tb_next if tb is not None and tb.tb_frame.f_code is _OUTCOME_CODE else tb
-        record.derived["traceback"] = "".join(
-            traceback.format_exception(type(e), e, tb, limit=traceback_limit))
+        record.derived["traceback"] = clip("".join(
+            traceback.format_exception(type(e), e, tb, limit=traceback_limit)), 20_000)
 
 
 _OUTCOME_CODE = outcome.__wrapped__.__code__  # its own frame is left out of the traceback
@@ -160,7 +170,8 @@ def write_record(record: Record, path: str | os.PathLike) -> Path:
 
 
 def atomic_write_json(obj: Any, path: str | os.PathLike) -> Path:
-    """Write atomically: readers see the old file or the whole new one, never a torn one."""
+    """Write atomically: readers see the old file or the whole new one, never a torn one. A
+    failed write (disk full, RLIMIT_FSIZE) leaves no temp file and raises naming ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -171,8 +182,10 @@ def atomic_write_json(obj: Any, path: str | os.PathLike) -> Path:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError) and e.filename is None:  # disk full, file too large: say where
+            raise OSError(e.errno, f"{e.strerror} while writing {path}") from e
         raise
     return path
 

@@ -25,6 +25,14 @@ ADAPTER = REPO / "examples" / "external-hf" / "seedbench_external_hf.py"
 CMAKE_PROJECT = REPO / "tests" / "data" / "external_cmake"
 
 
+OK_REPLY = ("print('{{\"protocol\": \"seedbench-external/1\", \"status\": \"ok\", "
+            "\"samples_s\": {samples}, \"details\": {details}}}')")
+PICKLED_OUTPUT = ("import json, sys, numpy as np; req = json.load(open(sys.argv[1])); "
+                  "np.save(req['output_path'], np.array([{'a': 1}], dtype=object), "
+                  "allow_pickle=True); print(json.dumps({'protocol': 'seedbench-external/1', "
+                  "'status': 'ok', 'samples_s': [0.01]}))")
+
+
 def cfg_with(tiny_cfg: BertVarlenConfig, **programs) -> BertVarlenConfig:
     d = tiny_cfg.to_dict()
     d["external"] = programs
@@ -62,12 +70,32 @@ def test_wrong_external_output_is_incorrect_and_not_timed(tiny_cfg):
     ("print('{\"protocol\": \"other/9\", \"status\": \"ok\"}')", "speaks protocol 'other/9'"),
     ("print('{\"protocol\": \"seedbench-external/1\", \"status\": \"ok\", \"samples_s\": []}')",
      "samples_s must be a non-empty list"),
+    # malformed replies (issue 16): an infinite sample, details that are not an object, and an
+    # output file that is a pickle (never unpickled: np.load refuses object arrays)
+    (OK_REPLY.format(samples="[Infinity]", details="{}"), "finite positive seconds"),
+    (OK_REPLY.format(samples="[0.01]", details="[1, 2]"), "details must be a JSON object"),
+    (PICKLED_OUTPUT, "allow_pickle=False"),
+    # a flood on stderr before dying: the reason keeps a clipped tail
+    ("import sys; print('<b>' * 3_000_000, file=sys.stderr); sys.exit(5)", "exited with 5"),
 ])
 def test_broken_programs_become_failed_records_with_the_reason(tiny_cfg, code, expect):
     cfg = cfg_with(tiny_cfg, broken={"command": [sys.executable, "-c", code]})
     rec = run_point(cfg, "external-broken", 3, 16, show_progress=False)
     assert rec.status is Status.FAILED
     assert expect in rec.reason
+    assert len(rec.reason) < 10_000
+
+
+def test_a_huge_reply_is_read_and_its_reason_clipped(tiny_cfg):
+    """50 MB of output before the reply, and a 5 MB reason in it: the record keeps a clipped
+    reason, not the flood."""
+    code = ("import json; print('x' * 50_000_000); print(json.dumps({'protocol': "
+            "'seedbench-external/1', 'status': 'unavailable', 'reason': 'r' * 5_000_000}))")
+    rec = run_point(cfg_with(tiny_cfg, huge={"command": [sys.executable, "-c", code]}),
+                    "external-huge", 3, 16, show_progress=False)
+    assert rec.status is Status.UNAVAILABLE
+    assert rec.reason.startswith("huge: rrr") and "characters cut" in rec.reason
+    assert len(rec.reason) < 10_000
 
 
 def test_program_that_says_unavailable_is_unavailable(tiny_cfg):

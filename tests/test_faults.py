@@ -1,20 +1,32 @@
 """Faults injected for real, with what must follow asserted (marker ``faults``: ``pytest -m
 faults`` runs only these; ``make test`` runs them too).
 
-So far: the workflow killed outright mid-run, then started again the way ``make reproduce``
-does (``workflows/unlock_stale.py``, then Snakemake).
+- killed work: the workflow killed outright (SIGKILL) or interrupted (SIGINT) mid-run, then
+  started again the way ``make reproduce`` does; a point job SIGKILLed while it takes samples;
+- resources: a full disk (RLIMIT_FSIZE), a memory limit (RLIMIT_AS), a job over its timeout;
+- misbehaving plugins and external programs: import error, crash in ``prepare``, segfault, hang,
+  NaN/Inf, wrong shape/dtype/device/type, markup and floods on stderr (external programs'
+  malformed and huge replies: ``test_baselines_external.py``);
+- damaged results: truncated, other schema, stray and non-JSON files at the table step; records
+  of two configs in one folder;
+- bad configs: property-based over the schema (hypothesis);
+- noise: a point timed beside a CPU hog against a quiet one; `make rerun-noisy`;
+- trust boundaries: hostile strings from another machine's records in the figure and report.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -55,18 +67,23 @@ def _records(results: Path) -> dict[Path, int]:
     return {p: p.stat().st_mtime_ns for p in results.rglob("b*_l*.json")}
 
 
+def _workflow_dir(tmp_path: Path) -> Path:
+    """A copy of the workflow with the small config; returns its machine's results folder."""
+    for item in ("Snakefile", "workflows"):
+        src = ROOT / item
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / item)
+    shutil.copytree(ROOT / "results" / "paper", tmp_path / "results" / "paper")
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(CONFIG))
+    return tmp_path / "results" / "faults"
+
+
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
 def test_a_workflow_killed_mid_run_resumes(sig, tmp_path):
     """SIGKILL (OOM killer, power loss) or SIGINT (Ctrl-C: the whole foreground group) to the
     workflow while it runs a point; then what `make reproduce` runs. A stale lock is dropped
     with a message, only the unfinished points run, every record parses and nothing finished is
     redone or lost."""
-    for item in ("Snakefile", "workflows"):
-        src = ROOT / item
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / item)
-    shutil.copytree(ROOT / "results" / "paper", tmp_path / "results" / "paper")
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(CONFIG))
-    results = tmp_path / "results" / "faults"
+    results = _workflow_dir(tmp_path)
     log = (tmp_path / "first.log").open("w")
     first = subprocess.Popen([*_snakemake(), "--cores", "1"], cwd=tmp_path, env=_env(),
                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -123,3 +140,488 @@ def test_a_lock_held_by_a_live_run_is_left_alone(tmp_path):
     assert held.returncode == 1
     assert f"another Snakemake run (pid {live.pid})" in held.stderr
     assert (tmp_path / ".snakemake" / "locks" / "0.input.lock").exists()
+
+
+# --- misbehaving plugins -------------------------------------------------------------------------
+# A plugin distribution as an installed one looks to importlib.metadata (a dist-info folder on the
+# path), each baseline broken in one way; the entry-point registry finds them like any plugin.
+MISBEHAVING = textwrap.dedent('''
+    import os, signal, time
+    import torch
+    from suite.baselines.torch_hf import TorchEager
+
+    class CrashInPrepare(TorchEager):
+        name = "crash-in-prepare"
+        def prepare(self, model, device, dtype):
+            raise RuntimeError("prepare blew up")
+
+    class NanOutput(TorchEager):
+        name = "nan-output"
+        def run(self, batch):
+            return super().run(batch) * float("nan")
+
+    class InfOutput(TorchEager):
+        name = "inf-output"
+        def run(self, batch):
+            out = super().run(batch).clone()
+            out[0, 0, 0] = float("inf")
+            return out
+
+    class WrongShape(TorchEager):
+        name = "wrong-shape"
+        def run(self, batch):
+            return super().run(batch)[:, :-1]
+
+    class WrongDtype(TorchEager):
+        name = "wrong-dtype"
+        def run(self, batch):
+            return super().run(batch).to(torch.int32)
+
+    class WrongDevice(TorchEager):
+        name = "wrong-device"
+        def run(self, batch):
+            return super().run(batch).to("meta")
+
+    class NotATensor(TorchEager):
+        name = "not-a-tensor"
+        def run(self, batch):
+            return {"hidden": "<b>not</b> a tensor"}
+
+    class HtmlAndScript(TorchEager):
+        name = "html-script"
+        def run(self, batch):
+            import sys
+            print("<script>alert('stderr')</script>" * 500, file=sys.stderr)
+            raise RuntimeError("<script>alert('pwned')</script><img src=x onerror=alert(1)>")
+
+    class Segfault(TorchEager):
+        name = "segfault"
+        def run(self, batch):
+            import sys
+            print("<script>x</script>" * 100_000, file=sys.stderr, flush=True)  # one 1.8 MB line
+            os.kill(os.getpid(), signal.SIGSEGV)
+
+    class Hang(TorchEager):
+        name = "hang"
+        def run(self, batch):
+            time.sleep(3600)
+
+    class OutOfMemory(TorchEager):
+        name = "out-of-memory"
+        def run(self, batch):
+            return torch.ones(8 * 2**30, dtype=torch.uint8)  # 8 GiB, over the job's limit
+''')
+BROKEN_IMPORT = "raise ImportError(\"No module named 'cuda_magic' (a missing dependency)\")\n"
+PLUGIN_NAMES = {"crash-in-prepare": "CrashInPrepare", "nan-output": "NanOutput",
+                "inf-output": "InfOutput", "wrong-shape": "WrongShape",
+                "wrong-dtype": "WrongDtype", "wrong-device": "WrongDevice",
+                "not-a-tensor": "NotATensor", "html-script": "HtmlAndScript",
+                "segfault": "Segfault", "hang": "Hang", "out-of-memory": "OutOfMemory"}
+SECTION = {"model": {"layers": 1, "hidden": 32, "heads": 4, "intermediate": 64,
+                     "vocab_size": 100},
+           "batch_sizes": [2], "max_seq_lens": [16], "device": "cpu", "threads": 1,
+           "timing": {"warmup": 1, "min_repeats": 3, "min_time_s": 0.0}, "timeout_s": 60}
+
+
+@pytest.fixture(scope="module")
+def plugin_path(tmp_path_factory) -> Path:
+    """A folder holding the misbehaving plugin distribution (put it on PYTHONPATH)."""
+    root = tmp_path_factory.mktemp("plugins")
+    (root / "misbehaving.py").write_text(MISBEHAVING)
+    (root / "broken_import.py").write_text(BROKEN_IMPORT)
+    info = root / "misbehaving-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: misbehaving\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(
+        "[seedbench.baselines]\n"
+        + "".join(f"{n} = misbehaving:{c}\n" for n, c in PLUGIN_NAMES.items())
+        + "broken-import = broken_import:Anything\n")
+    return root
+
+
+def _run_point(system: str, out: Path, plugins: Path, section: dict | None = None,
+               preexec=None) -> subprocess.CompletedProcess:
+    """`seedbench run` as the workflow's bert_point rule runs it (supervisor + child)."""
+    env = {**_env(), "PYTHONPATH": os.pathsep.join([str(plugins), str(ROOT)])}
+    return subprocess.run(
+        [str(BIN / "seedbench"), "run", "bert_varlen", "--system", system, "--batch-size", "2",
+         "--max-seq-len", "16", "--section-json", json.dumps(section or SECTION), "--out",
+         str(out)], env=env, capture_output=True, text=True, timeout=300, preexec_fn=preexec)
+
+
+# system -> (status, what the reason must say)
+PLUGIN_FAULTS = {
+    "broken-import": ("failed", "No module named 'cuda_magic'"),
+    "crash-in-prepare": ("failed", "RuntimeError: prepare blew up"),
+    "nan-output": ("incorrect", "non-finite values"),
+    "inf-output": ("incorrect", "non-finite values"),
+    "wrong-shape": ("incorrect", "output shape (2, 15, 32) != reference shape (2, 16, 32)"),
+    "wrong-dtype": ("incorrect", "output dtype torch.int32: a hidden state is floating point"),
+    "wrong-device": ("incorrect", "output on device meta: a tensor without values"),
+    "not-a-tensor": ("incorrect", "output of type dict"),
+    "html-script": ("failed", "RuntimeError: <script>alert('pwned')</script>"),
+    "segfault": ("failed", "killed by signal 11"),
+    "hang": ("failed", "timed out after 8 s"),
+    "out-of-memory": ("failed", "can't allocate memory"),
+}
+
+
+def test_misbehaving_plugins_become_records_with_the_reason_and_the_report_escapes_them(
+        plugin_path, tmp_path):
+    """Each broken plugin ends as the right record, the sweep goes on (a good system runs after
+    them), and nothing of theirs reaches the report's HTML unescaped."""
+    from suite.analysis.tables import tidy_table
+    from suite.report.render import render_report
+    from conftest import report_section
+
+    outs = {}
+    for system in [*PLUGIN_FAULTS, "torch-eager"]:
+        section = {**SECTION, "timeout_s": 8} if system == "hang" else SECTION
+        out = tmp_path / "results" / system / "b2_l16.json"
+        limit = None
+        if system == "out-of-memory":  # the job's memory limit: 6 GiB of address space
+            def limit():
+                import resource
+                resource.setrlimit(resource.RLIMIT_AS, (6 * 2**30, 6 * 2**30))
+        done = _run_point(system, out, plugin_path, section, limit)
+        assert done.returncode == 0, done.stderr[-2000:]
+        outs[system] = out
+        rec = read_record(out)  # every fault leaves a whole, valid record
+        want_status, want_reason = PLUGIN_FAULTS.get(system, ("ok", ""))
+        assert rec.status.value == want_status, (system, rec.reason)
+        assert want_reason in rec.reason, (system, rec.reason)
+        if want_status == "incorrect":
+            assert rec.timing == {}, system  # flagged, not timed
+    assert len(read_record(outs["segfault"]).reason) < 20_000  # a clipped tail, not the flood
+
+    table = tidy_table(outs.values())
+    section = report_section(tmp_path, "bert_varlen", table, records=list(outs.values()))
+    html = render_report([section], tmp_path / "index.html").read_text()
+    assert "<script>alert" not in html and "<img src=x" not in html and "<b>not" not in html
+    assert "&lt;script&gt;alert(&#39;pwned&#39;)&lt;/script&gt;" in html
+    for system in PLUGIN_FAULTS:
+        assert system in html  # every one listed among the problems
+
+
+# --- killed work, resources -------------------------------------------------------------------
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        kids += [int(k) for k in (task / "children").read_text().split()]
+    return kids
+
+
+def _digest(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file()}
+
+
+def test_a_point_job_killed_mid_timing_leaves_a_failed_record_and_the_rest_intact(
+        plugin_path, tmp_path):
+    """SIGKILL (the OOM killer's signal) to the job's process while it takes samples: its
+    supervisor writes a failed record naming the signal; the folder's other records are
+    untouched and a re-run of the point succeeds."""
+    results = tmp_path / "results"
+    earlier = results / "reference" / "b2_l16.json"
+    assert _run_point("reference", earlier, plugin_path).returncode == 0
+    before = _digest(results)
+    out = results / "torch-eager" / "b2_l16.json"
+    slow = {**SECTION, "timing": {"warmup": 1, "min_repeats": 3, "min_time_s": 120.0}}
+    env = {**_env(), "PYTHONPATH": os.pathsep.join([str(plugin_path), str(ROOT)])}
+    sup = subprocess.Popen(
+        [str(BIN / "seedbench"), "run", "bert_varlen", "--system", "torch-eager",
+         "--batch-size", "2", "--max-seq-len", "16", "--section-json", json.dumps(slow),
+         "--out", str(out)], env=env, stderr=subprocess.PIPE, text=True)
+    for line in sup.stderr:  # the job says when its first timed sample is taken
+        if "] sample 1" in line:
+            break
+    else:
+        pytest.fail(f"the job ended before timing (exit {sup.wait()})")
+    (job,) = _children(sup.pid)
+    os.kill(job, signal.SIGKILL)
+    sup.stderr.read()
+    assert sup.wait(timeout=120) == 0
+    rec = read_record(out)
+    assert rec.status is Status.FAILED and "killed by signal 9" in rec.reason
+    assert _digest(results)["reference/b2_l16.json"] == before["reference/b2_l16.json"]
+    assert not list(results.rglob("*.tmp"))
+    assert _run_point("torch-eager", out, plugin_path).returncode == 0
+    assert read_record(out).status is Status.OK
+
+
+def test_a_full_disk_names_the_cause_and_leaves_no_partial_record(plugin_path, tmp_path):
+    """Writes past RLIMIT_FSIZE fail as on a full disk (EFBIG; Python ignores SIGXFSZ): the job
+    cannot write its record, nor the supervisor its failed record; the command says which file
+    and why, leaves no half-written file, and the records already there stay as they were."""
+    results = tmp_path / "results"
+    earlier = results / "reference" / "b2_l16.json"
+    assert _run_point("reference", earlier, plugin_path).returncode == 0
+    before = _digest(results)
+
+    def small_disk():
+        import resource
+        resource.setrlimit(resource.RLIMIT_FSIZE, (2048, 2048))
+
+    out = results / "torch-eager" / "b2_l16.json"
+    done = _run_point("torch-eager", out, plugin_path, preexec=small_disk)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "File too large while writing" in done.stderr and str(out) in done.stderr
+    assert "Traceback" not in done.stderr.splitlines()[-1]
+    assert not out.exists() and not list(results.rglob("*.tmp"))
+    assert _digest(results) == before
+
+
+# --- damaged results ------------------------------------------------------------------------
+
+
+def _hand_record(system: str, config: dict, samples: list[float]):
+    from suite.records import Record
+    from suite.stats import summarize
+
+    return Record("bert_varlen", system,
+                  {"batch_size": 2, "max_seq_len": 16, "distribution": "bytetransformer",
+                   "seed": 0, "dtype": "fp32"}, config, Status.OK,
+                  env={"machine": "m"}, workload={"lengths": [8, 16], "total_tokens": 24},
+                  timing={"samples": samples, "stats": summarize(samples)},
+                  derived={"padding_free": system == "reference"})
+
+
+DAMAGE = {
+    "truncated": lambda good: good[: len(good) // 2],
+    "other-schema": lambda good: good.replace('"schema_version": 2', '"schema_version": 99'),
+    "stray-file": lambda good: '{"notes": "a file someone left here"}',
+    "not-json": lambda good: "<html>not json</html>",
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_the_table_step_names_a_damaged_record_and_refuses(damage, tmp_path, capsys):
+    from suite.cli import main
+    from suite.records import write_record
+
+    good = write_record(_hand_record("torch-eager", {"seed": 0}, [0.02, 0.021, 0.019]),
+                        tmp_path / "torch-eager.json")
+    bad = tmp_path / "reference.json"
+    write_record(_hand_record("reference", {"seed": 0}, [0.01, 0.011, 0.009]), bad)
+    bad.write_text(DAMAGE[damage](bad.read_text()))
+    out = tmp_path / "table.csv"
+    assert main(["table", str(good), str(bad), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}: not a readable record" in err
+    assert f"--forcerun {bad}" in err  # the one command that replaces it
+    assert not out.exists()
+
+
+def test_records_of_two_configs_in_one_folder_are_never_paired(tmp_path):
+    """A record left from another config (another config hash) beside this config's: each row
+    keeps its hash, and a speedup only pairs records of one config."""
+    from suite.analysis.tables import tidy_table
+    from suite.records import write_record
+
+    paths = [write_record(_hand_record(system, config, samples), tmp_path / f"{name}.json")
+             for name, system, config, samples in [
+                 ("eager-a", "torch-eager", {"seed": 0}, [0.020, 0.021, 0.019]),
+                 ("ref-a", "reference", {"seed": 0}, [0.010, 0.011, 0.009]),
+                 ("ref-b", "reference", {"seed": 1}, [0.005, 0.005, 0.005])]]
+    t = tidy_table(paths).set_index("record")
+    assert t.config_hash.nunique() == 2
+    assert t.loc[str(paths[1]), "speedup_vs_padded"] == pytest.approx(2.0)
+    assert pd.isna(t.loc[str(paths[2]), "speedup_vs_padded"])  # no torch-eager of config b
+
+
+# --- noise ------------------------------------------------------------------------------------
+
+
+def test_a_point_timed_beside_a_cpu_hog_is_marked_noisy_and_listed_for_a_rerun(
+        plugin_path, tmp_path, capsys):
+    """The same point timed on a quiet machine and beside a busy-loop process: the second is
+    `noisy`, its reason names the hog, the table and the report mark it, `seedbench noisy`
+    lists it (what `make rerun-noisy` forces through Snakemake) and `compare` will not call it
+    a change."""
+    from suite.analysis.compare import compare
+    from suite.analysis.tables import tidy_table
+    from suite.cli import main
+    from suite.report.render import render_report
+    from conftest import report_section
+
+    timed = {**SECTION, "timing": {"warmup": 1, "min_repeats": 5, "min_time_s": 2.0}}
+    quiet = tmp_path / "quiet" / "torch-eager" / "b2_l16.json"
+    assert _run_point("torch-eager", quiet, plugin_path, timed).returncode == 0
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        busy = tmp_path / "busy" / "torch-eager" / "b2_l16.json"
+        assert _run_point("torch-eager", busy, plugin_path, timed).returncode == 0
+    finally:
+        hog.kill()
+        hog.wait()
+    q, b = read_record(quiet).timing, read_record(busy).timing
+    print(f"quiet: other CPUs {q['load']['other_cpus']}, {q['noise']}; "
+          f"busy: other CPUs {b['load']['other_cpus']}, {b['noise']}")
+    assert b["noise"]["noisy"] and f"(pid {hog.pid})" in b["noise"]["reasons"][-1]
+    assert b["load"]["other_cpus"] > 0.8  # the hog held a core throughout
+    assert b["load"]["before"]["loadavg"] and b["load"]["after"]["loadavg"]
+    assert not q["noise"]["noisy"], (q["noise"], q["load"])  # nothing else ran: quiet
+    assert q["load"]["other_cpus"] < 0.5
+
+    table = tidy_table([quiet, busy]).set_index("record")
+    assert table.loc[str(busy), "noisy"] == True  # noqa: E712
+    assert table.loc[str(quiet), "noisy"] == False  # noqa: E712
+    section = report_section(tmp_path, "bert_varlen", table.reset_index(),
+                             records=[quiet, busy])
+    html = render_report([section], tmp_path / "index.html").read_text()
+    noisy_part = html[html.index('id="noisy"'):]
+    assert str(busy) in noisy_part and str(quiet) not in noisy_part
+    assert "make rerun-noisy" in noisy_part
+
+    capsys.readouterr()
+    assert main(["noisy", str(tmp_path / "quiet"), str(tmp_path / "busy")]) == 0
+    assert capsys.readouterr().out.split() == [str(busy)]
+    assert compare(tmp_path / "quiet", tmp_path / "busy").verdict.iloc[0] in {
+        "noisy", "slower"}  # never "same" or "faster": the busy side was judged noisy
+
+
+# --- bad config -------------------------------------------------------------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+QUICK = yaml.safe_load((ROOT / "workflows" / "config" / "quick.yaml").read_text())
+HOSTILE = ["<script>alert(1)</script>", "../../etc/passwd", "a b; rm -rf /", "$(reboot)",
+           "", "x" * 300, "cuda:99", "-1"]
+VALUES = st.one_of(
+    st.none(), st.booleans(), st.integers(-10**7, 10**7),
+    st.floats(allow_nan=True, allow_infinity=True), st.sampled_from(HOSTILE),
+    st.text(max_size=12), st.lists(st.integers(-4, 5000), max_size=3),
+    st.lists(st.sampled_from(HOSTILE), max_size=2),
+    st.dictionaries(st.sampled_from(["a", "enabled", "<b>"]), st.integers(-2, 3), max_size=2))
+
+
+def _paths(node, prefix=()):
+    """Every key path of a config (dicts only; a list is a value)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield (*prefix, key)
+            yield from _paths(value, (*prefix, key))
+
+
+PATHS = sorted(_paths(QUICK))
+
+
+def _parse_time(config: dict) -> None:
+    """What the Snakefile does with a config before any job (workflows/rules/common.smk):
+    validate it, build the typed sections, check plugin names, plan every job."""
+    from suite import config as suite_config
+    from suite.baselines.registry import baselines
+    from suite.experiments import llm_plan, pretrain_plan
+    from suite.experiments.plan import jobs
+    from suite.trainers import registry as trainer_registry
+
+    config = suite_config.validate(config)
+    bert = suite_config.BertVarlenConfig.from_dict(config["bert_varlen"])
+    for section, check in (("bert_varlen", lambda: baselines.check_names(
+            bert.registered_baselines())), ("llm", lambda: trainer_registry.check_names(
+            llm_plan.trainers(config)))):
+        try:
+            check()
+        except KeyError as e:  # an unknown plugin name: the Snakefile names the section
+            raise suite_config.ConfigError(f"{section}: {e.args[0]}") from None
+    jobs(bert)
+    llm_plan.jobs(config)
+    pretrain_plan.jobs(config)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(path=st.sampled_from(PATHS), op=st.sampled_from(["set", "delete", "add-unknown"]),
+       value=VALUES)
+def test_any_config_is_valid_or_one_error_naming_key_value_and_what_is_allowed(path, op, value):
+    """Property over the schema: a config with one key set to anything, removed, or joined by
+    an unknown key either plans, or stops with ConfigError naming the key path (or, for an
+    unknown plugin name, its section) with the value and what is allowed: never another
+    exception, which would reach the user as a traceback."""
+    import copy
+
+    from suite.config import ConfigError
+
+    config = copy.deepcopy(QUICK)
+    parent = config
+    for key in path[:-1]:
+        parent = parent[key]
+    if op == "set":
+        parent[path[-1]] = value
+    elif op == "delete":
+        del parent[path[-1]]
+    else:
+        target = parent[path[-1]]
+        if not isinstance(target, dict):
+            return
+        target["zz_unknown"] = value
+    try:
+        _parse_time(config)
+    except ConfigError as e:
+        message = str(e.args[0])
+        lines = message.splitlines()
+        if lines[0] == "invalid config:":  # the schema's errors: one line per bad key
+            lines = lines[1:]
+            assert lines and all(line.startswith(f"  {path[0]}") for line in lines), message
+        else:  # a rule the schema cannot state (divisibility, a grid longer than the run)
+            assert len(lines) == 1 and lines[0].startswith(path[0]), message
+
+
+# --- trust boundaries -------------------------------------------------------------------------
+
+
+def test_strings_from_another_machines_records_stay_data_in_the_figure_and_the_report(
+        tmp_path):
+    """A published folder from elsewhere is not trusted: a system name, a machine name and a
+    reason carrying markup are escaped in the inlined SVG figure and in the HTML."""
+    from suite.analysis.tables import tidy_table
+    from suite.records import write_record
+    from suite.report.render import render_report
+    from conftest import report_section
+
+    evil = "<script>alert(1)</script>"
+    good = _hand_record("torch-eager", {"seed": 0}, [0.02, 0.021, 0.019])
+    bad = _hand_record(evil, {"seed": 0}, [0.01, 0.011, 0.009])
+    bad.env = {"machine": f"<img src=x onerror=alert(2)>{evil}"}
+    failed = _hand_record("reference", {"seed": 0}, [0.01])
+    failed.status, failed.reason, failed.timing = Status.FAILED, f"{evil}<iframe>", {}
+    paths = [write_record(r, tmp_path / f"r{i}.json") for i, r in enumerate([good, bad, failed])]
+    section = report_section(tmp_path, "bert_varlen", tidy_table(paths), records=paths)
+    svg = section.figure_svg.read_text()
+    html = render_report([section], tmp_path / "index.html").read_text()
+    for text in (svg, html):
+        assert "<script>alert" not in text and "<img src=x" not in text
+        assert "<iframe>" not in text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+
+
+def test_rerun_noisy_forces_exactly_the_noisy_points(tmp_path):
+    """`make rerun-noisy` (workflows/rerun_noisy.py): after a full run, the one record judged
+    noisy (marked here by hand: the detector itself is tested above) runs again, nothing else
+    does, and a second call finds nothing to do."""
+    results = _workflow_dir(tmp_path)
+    first = subprocess.run([*_snakemake(), "--cores", "1"], cwd=tmp_path, env=_env(),
+                           capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    before = _records(results)
+    noisy = sorted(before)[0]
+    raw = json.loads(noisy.read_text())
+    raw["timing"]["noise"] = {"noisy": True, "reasons": ["CV 0.30 > 0.15"],
+                              "thresholds": {"cv": 0.15, "other_cpus": 0.5}}
+    noisy.write_text(json.dumps(raw))
+    os.utime(noisy, ns=(before[noisy], before[noisy]))  # as it was: only the verdict differs
+    rerun = [sys.executable, str(ROOT / "workflows" / "rerun_noisy.py"), "config.yaml",
+             *_snakemake(), "--cores", "1"]
+    again = subprocess.run(rerun, cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                           timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "re-running 1 noisy point(s)" in again.stderr
+    after = _records(results)
+    assert [p for p in after if after[p] != before[p]] == [noisy]
+    assert "noise" in read_record(noisy).timing  # a fresh record with its own verdict
+    if not read_record(noisy).timing["noise"]["noisy"]:
+        done = subprocess.run(rerun, cwd=tmp_path, env=_env(), capture_output=True,
+                              text=True, timeout=600)
+        assert done.returncode == 0 and "nothing to re-run" in done.stderr

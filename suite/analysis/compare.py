@@ -4,8 +4,9 @@ A point is (experiment, system, workload point). For every point timed on both s
 of medians new / base with a bootstrap CI (resampling each side's samples), and a verdict:
 
 - ``slower`` / ``faster``: the CI lies wholly beyond 1 -/+ ``threshold``;
-- ``noisy``: either side's coefficient of variation exceeds ``noisy_cv`` and the ratio is not
-  clearly beyond the threshold, so a change could not be told from noise;
+- ``noisy``: either side's coefficient of variation exceeds ``noisy_cv``, or either record was
+  judged noisy when it was timed (other processes busy: ``suite.machine_load``), and the ratio
+  is not clearly beyond the threshold, so a change could not be told from noise;
 - ``same``: otherwise.
 
 The CI resamples the samples within each run: it does not see what varies between runs (other
@@ -25,11 +26,11 @@ from typing import Any
 
 import pandas as pd
 
+from suite.machine_load import NOISY_CV, noise_columns
 from suite.records import NOT_RECORDS, Record, Status, read_record
 from suite.stats import ratio_of_medians_ci
 
 THRESHOLD = 0.05
-NOISY_CV = 0.10
 
 
 class CompareError(ValueError):
@@ -108,7 +109,7 @@ def _row(key, base: Loaded, new: Loaded, threshold: float, noisy_cv: float) -> d
         verdict = "slower"
     elif high < 1 - threshold:
         verdict = "faster"
-    elif cv > noisy_cv:
+    elif cv > noisy_cv or any(noise_columns(x.record.timing)["noisy"] for x in (base, new)):
         verdict = "noisy"
     else:
         verdict = "same"

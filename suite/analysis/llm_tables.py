@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from suite.experiments.llm_plan import ABLATION
+from suite.machine_load import noise_columns
 from suite.records import read_record
 
 
@@ -36,6 +37,7 @@ def llm_row(path: Path) -> dict:
         "ci_high_ms": stats["ci_high"] * 1e3 if "ci_high" in stats else None,
         "iqr_ms": stats["iqr"] * 1e3 if "iqr" in stats else None,
         "cv": stats.get("cv"), "n_samples": stats.get("n"),
+        **noise_columns(rec.timing),
         "tokens_per_s": d.get("tokens_per_s"), "flops_per_token": d.get("flops_per_token"),
         "mfu_percent": mfu.get("percent"), "hfu_percent": hfu.get("percent"),
         "flop_formula": mfu.get("formula"), "peak_flops": mfu.get("peak_flops"),

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from suite.machine_load import noise_columns
 from suite.records import Record, read_record
 from suite.stats import ratio_of_medians_ci
 
@@ -33,7 +34,7 @@ def record_row(rec: Record, path: Path | None = None) -> dict:
         "total_tokens": w.get("total_tokens"), "padded_tokens": w.get("padded_tokens"),
         "gemm_flop_bound": w.get("gemm_flop_bound"),
         "attention_flop_bound": w.get("attention_flop_bound"),
-        **ms, "cv": stats.get("cv"), "n_samples": stats.get("n"),
+        **ms, "cv": stats.get("cv"), "n_samples": stats.get("n"), **noise_columns(rec.timing),
         "tokens_per_s": d.get("tokens_per_s"),
         "useful_gflops_per_s": (d["useful_flops_per_s"] / 1e9
                                 if "useful_flops_per_s" in d else None),
@@ -65,7 +66,10 @@ def gemm_library_text(seen: dict | None) -> str | None:
 
 
 def tidy_table(paths: Iterable[str | Path], padded_baseline: str = "torch-eager") -> pd.DataFrame:
-    records = [(Path(p), read_record(p)) for p in paths]
+    """A row per record. Records of different configs (config hash) stay apart: a speedup
+    pairs two records of one config only. A file that is not a record stops the table, named,
+    with the command that re-runs its point."""
+    records = [(Path(p), read_checked(p)) for p in paths]
     rows = [record_row(rec, p) for p, rec in records]
     df = pd.DataFrame(rows)
     if df.empty:
@@ -77,6 +81,15 @@ def tidy_table(paths: Iterable[str | Path], padded_baseline: str = "torch-eager"
     df["pct_of_gemm_bound"] = saved.where(df["padding_free"] == True)  # noqa: E712 (may be NaN)
     return df.sort_values(["experiment", "batch_size", "max_seq_len", "system"],
                           ignore_index=True)
+
+
+def read_checked(path: str | Path) -> Record:
+    """``read_record``, its error saying how to replace the file with a fresh run."""
+    try:
+        return read_record(path)
+    except ValueError as e:
+        raise ValueError(f"{e}. Re-run its point: make reproduce SNAKEFLAGS='--forcerun "
+                         f"{path}' (or delete it if it is not a record)") from e
 
 
 def _add_speedups(df: pd.DataFrame, samples: dict, padded_baseline: str) -> pd.DataFrame:

@@ -23,6 +23,7 @@ as for an in-process baseline; a wrong output is recorded ``incorrect`` and its 
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -37,6 +38,7 @@ import torch
 from suite.baselines.base import Baseline, Unavailable
 from suite.baselines.external_build import BUILD_ROOT, STAMP
 from suite.devices import dtype_name
+from suite.records import clip
 from suite.workloads import BertBatch
 
 PROTOCOL = "seedbench-external/1"
@@ -141,21 +143,27 @@ class External(Baseline):
         request_path.write_text(json.dumps(request))
         reply = self._invoke(request_path)
         if reply.get("status") == "unavailable":
-            raise Unavailable(f"{self.spec.name}: {reply.get('reason', 'no reason given')}")
+            raise Unavailable(clip(f"{self.spec.name}: {reply.get('reason', 'no reason given')}"))
         if reply.get("status") != "ok":
             raise RuntimeError(f"external program {self.spec.name!r} replied status "
                                f"{reply.get('status')!r} (expected 'ok' or 'unavailable'): "
-                               f"{reply.get('reason', '')}")
+                               f"{clip(str(reply.get('reason', '')))}")
         samples = reply.get("samples_s")
         if (not isinstance(samples, list) or not samples
-                or not all(isinstance(s, (int, float)) and s > 0 for s in samples)):
+                or not all(isinstance(s, (int, float)) and math.isfinite(s) and s > 0
+                           for s in samples)):
             raise RuntimeError(f"external program {self.spec.name!r}: samples_s must be a "
-                               f"non-empty list of positive seconds, got {samples!r}")
+                               "non-empty list of finite positive seconds, got "
+                               f"{clip(repr(samples))}")
+        details = reply.get("details", {})
+        if not isinstance(details, dict):
+            raise RuntimeError(f"external program {self.spec.name!r}: details must be a JSON "
+                               f"object, got {type(details).__name__}")
         if not out_path.exists():
             raise RuntimeError(f"external program {self.spec.name!r} wrote no output to "
                                f"{out_path}")
         self._samples = [float(s) for s in samples]
-        self._details = dict(reply.get("details", {}))
+        self._details = details
         self.padding_free = bool(self._details.get("padding_free", False))
         return np.load(out_path)
 
@@ -167,7 +175,7 @@ class External(Baseline):
         except subprocess.TimeoutExpired:
             raise RuntimeError(f"external program {self.spec.name!r} ran past "
                                f"{self.timeout_s:g} s") from None
-        tail = "\n".join(proc.stderr.strip().splitlines()[-8:])
+        tail = clip("\n".join(proc.stderr.strip().splitlines()[-8:]))
         if proc.returncode != 0:
             raise RuntimeError(f"external program {self.spec.name!r} exited with "
                                f"{proc.returncode}: {tail}")
@@ -177,7 +185,8 @@ class External(Baseline):
             assert isinstance(reply, dict)
         except (IndexError, ValueError, AssertionError):
             raise RuntimeError(f"external program {self.spec.name!r} did not print a JSON object "
-                               f"as its last stdout line (got {lines[-1:]!r}); stderr: "
+                               f"as its last stdout line (got {clip(repr(lines[-1:]))}); "
+                               f"stderr: "
                                f"{tail}") from None
         if reply.get("protocol") != PROTOCOL:
             raise RuntimeError(f"external program {self.spec.name!r} speaks protocol "

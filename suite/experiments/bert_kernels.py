@@ -26,6 +26,7 @@ from suite.correctness import TOLERANCE
 from suite.devices import resolve_device, torch_dtype
 from suite.experiments.bert_names import OPS, SYSTEMS
 from suite.peak.schema import efficiency
+from suite.machine_load import watched, with_noise
 from suite.records import Record, Status, new_record, outcome
 from suite.stats import summarize
 from suite.timing import measure, timer_name
@@ -95,11 +96,12 @@ def _run(record: Record, cfg: BertVarlenConfig, op: str, system: str, batch_size
         record.reason = f"max abs error {err:.3g} > tolerance {tol:g}"
         return
 
-    samples = measure(fn, device, cfg.timing)
+    with watched() as load:
+        samples = measure(fn, device, cfg.timing)
     stats = summarize(samples)
-    record.timing = {"unit": "s", "timer": timer_name(device), "threads": threads,
-                     "device": str(device), "policy": cfg.timing.as_dict(),
-                     "samples": samples, "stats": stats}
+    record.timing = with_noise({"unit": "s", "timer": timer_name(device), "threads": threads,
+                                "device": str(device), "policy": cfg.timing.as_dict(),
+                                "samples": samples, "stats": stats}, load)
     median = stats["median"]
     record.derived = {"latency_ms": median * 1e3, "tokens_per_s": sum(lengths) / median,
                       "padding_free": system == "varlen" if op == "attention" else None}

@@ -28,6 +28,7 @@ from suite.baselines import Baseline, Unavailable
 from suite.baselines.external import PREFIX as EXTERNAL_PREFIX, External, spec_from_config
 from suite.baselines.reference import Reference
 from suite.baselines.registry import baselines
+from suite.machine_load import watched, with_noise
 from suite.config import BertVarlenConfig
 from suite.correctness import compare
 from suite.experiments.bert_names import ladder_name
@@ -135,15 +136,16 @@ def _run(record: Record, cfg: BertVarlenConfig, system: Baseline, batch_size: in
 
     label = f"{record.system} {model_kind} b={batch_size} L={max_seq_len}"
     progress = _progress_printer(label) if show_progress else None
-    if system.times_itself:  # the gate's invocation also timed itself
-        samples, timer = system.reported_samples(), f"reported by {record.system}"
+    if system.times_itself:  # the gate's invocation also timed itself: no load watched
+        samples, timer, load = system.reported_samples(), f"reported by {record.system}", None
     else:
-        samples = measure(lambda: system.run(dev_batch), device, cfg.timing, progress)
+        with watched() as load:
+            samples = measure(lambda: system.run(dev_batch), device, cfg.timing, progress)
         timer = timer_name(device)
     stats = summarize(samples)
-    record.timing = {"unit": "s", "timer": timer, "threads": threads,
-                     "device": str(device), "policy": cfg.timing.as_dict(),
-                     "samples": samples, "stats": stats}
+    record.timing = with_noise({"unit": "s", "timer": timer, "threads": threads,
+                                "device": str(device), "policy": cfg.timing.as_dict(),
+                                "samples": samples, "stats": stats}, load)
     record.derived = {**derived_metrics(cfg, model, lengths, max_seq_len, stats["median"],
                                         system.padding_free, device, peak),
                       "system": system.details()}

@@ -67,6 +67,7 @@ from suite import env as envmod
 from suite import steplog as sl
 from suite.devices import resolve_device
 from suite.launch import MODULE
+from suite.machine_load import watched, with_noise
 from suite.mfu import FlopCount, MfuFigure, mfu_figure
 from suite.peak.schema import describe, efficiency, read_peak
 from suite.records import (Record, Status, Unavailable, failed_record, new_record, outcome,
@@ -434,30 +435,31 @@ def _train(record: Record, cfg: TrainConfig, engine: Trainer, dist: DistInfo,
                                    nodes=nodes)
     writer = sl.StepLogWriter(steplog_path) if rank == 0 else None
     times, losses, norms = [], [], []
-    try:
-        for step in range(cfg.steps):
-            x, y = next_local()
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            t0 = time.perf_counter()
-            result = engine.train_step(x, y)  # ends on the all-reduced loss's .item()
-            dt = time.perf_counter() - t0
-            times.append(dt)
-            losses.append(result.loss)
-            norms.append(result.grad_norm)
+    with watched() as load:  # the load on this rank's machine while the steps run
+        try:
+            for step in range(cfg.steps):
+                x, y = next_local()
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                t0 = time.perf_counter()
+                result = engine.train_step(x, y)  # ends on the all-reduced loss's .item()
+                dt = time.perf_counter() - t0
+                times.append(dt)
+                losses.append(result.loss)
+                norms.append(result.grad_norm)
+                if writer is not None:
+                    tps = tokens_per_step / dt
+                    m, h = utilization(tps, flops, peak)
+                    writer.write(sl.step_line(**{
+                        sl.STEP: step,
+                        sl.PHASE: sl.WARMUP if step < cfg.warmup_steps else sl.MEASURE,
+                        sl.STEP_TIME_S: dt, sl.TOKENS_PER_S: tps,
+                        sl.MFU: m.value if m else None, sl.HFU: h.value if h else None,
+                        sl.PEAK_MEM_BYTES: peak_memory(device)[0], sl.LOSS: result.loss,
+                        sl.GRAD_NORM: result.grad_norm, sl.LR: cfg.lr}))
+        finally:
             if writer is not None:
-                tps = tokens_per_step / dt
-                m, h = utilization(tps, flops, peak)
-                writer.write(sl.step_line(**{
-                    sl.STEP: step,
-                    sl.PHASE: sl.WARMUP if step < cfg.warmup_steps else sl.MEASURE,
-                    sl.STEP_TIME_S: dt, sl.TOKENS_PER_S: tps,
-                    sl.MFU: m.value if m else None, sl.HFU: h.value if h else None,
-                    sl.PEAK_MEM_BYTES: peak_memory(device)[0], sl.LOSS: result.loss,
-                    sl.GRAD_NORM: result.grad_norm, sl.LR: cfg.lr}))
-    finally:
-        if writer is not None:
-            writer.close()
+                writer.close()
     mem_per_rank = _gather(peak_memory(device)[0], dist)
     eval_loss = None
     if cfg.eval_batches:  # after the timed steps, so evaluation costs nothing in them
@@ -471,11 +473,12 @@ def _train(record: Record, cfg: TrainConfig, engine: Trainer, dist: DistInfo,
 
     samples = times[cfg.warmup_steps:]
     stats = summarize(samples)
-    record.timing = {"unit": "s", "timer": "time.perf_counter on rank 0 around train_step "
-                     "(ends on the all-reduced loss)", "threads_per_rank": threads,
-                     "device": str(device), "warmup_steps": cfg.warmup_steps,
-                     "warmup_samples": times[:cfg.warmup_steps], "samples": samples,
-                     "stats": stats}
+    record.timing = with_noise({"unit": "s", "timer": "time.perf_counter on rank 0 around "
+                                "train_step (ends on the all-reduced loss)",
+                                "threads_per_rank": threads, "device": str(device),
+                                "warmup_steps": cfg.warmup_steps,
+                                "warmup_samples": times[:cfg.warmup_steps], "samples": samples,
+                                "stats": stats}, load)
     tokens_per_s = tokens_per_step / stats["median"]
     m, h = utilization(tokens_per_s, flops, peak)
     mem_bytes, mem_kind = peak_memory(device)

@@ -7,10 +7,12 @@ for VWN the complete train config of its variant, for PMA the whole (validated) 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from suite.config import validate
+from suite.config import ConfigError, validate
 from suite.experiments.pretrain_config import (PMA_EXPERIMENT, VWN_EXPERIMENT, check_section,
                                                train_config, variants)
 
@@ -34,12 +36,25 @@ def jobs(config: dict[str, Any]) -> dict[str, list[PretrainJob]]:
     out: dict[str, list[PretrainJob]] = {}
     vwn = cfg["vwn"]
     if vwn["enabled"]:
-        out[VWN_EXPERIMENT] = [
-            PretrainJob(VWN_EXPERIMENT, v.label, seed, train_config(vwn, v), v.series)
-            for v in variants(vwn) for seed in vwn["seeds"]]
+        with _section("vwn"):
+            out[VWN_EXPERIMENT] = [
+                PretrainJob(VWN_EXPERIMENT, v.label, seed, train_config(vwn, v), v.series)
+                for v in variants(vwn) for seed in vwn["seeds"]]
     pma = cfg["pma"]
     if pma["enabled"]:
-        check_section(pma)
+        with _section("pma"):
+            check_section(pma)
         out[PMA_EXPERIMENT] = [PretrainJob(PMA_EXPERIMENT, "gpt", seed, pma)
                                for seed in pma["seeds"]]
     return out
+
+
+@contextmanager
+def _section(name: str) -> Iterator[None]:
+    """A run's error names its key within the section; the config's key path starts here."""
+    try:
+        yield
+    except ConfigError as e:
+        message = str(e)
+        raise ConfigError(message if message.startswith(f"{name}.") else
+                          f"{name}.{message}") from None

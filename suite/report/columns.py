@@ -20,13 +20,23 @@ def _range(low: str, high: str, spec: str) -> Callable[[dict[str, Any]], str]:
                       f"{fmt(r.get(low), spec)}–{fmt(r.get(high), spec)}")
 
 
+def is_noisy(row: dict[str, Any]) -> bool:
+    """The tidy table's ``noisy`` flag (a bool, or its CSV text); rows without it are not."""
+    return row.get("noisy") in (True, "True", "true")
+
+
+def _cv(row: dict[str, Any]) -> str:
+    """The samples' CV, marked where the point was timed on a busy or noisy machine."""
+    return fmt(row.get("cv"), ".2f") + (" noisy" if is_noisy(row) else "")
+
+
 BERT_COLUMNS: list[Column] = [
     ("system", lambda r: r["system"] + (f" ({r['step']})" if r.get("step") else "")),
     ("subject", lambda r: str(r.get("subject"))),
     ("batch", _num("batch_size", ".0f")), ("max len", _num("max_seq_len", ".0f")),
     ("tokens", _num("total_tokens", ".0f")), ("median ms", _num("median_ms", ".2f")),
     ("95% CI ms", _range("ci_low_ms", "ci_high_ms", ".2f")), ("IQR ms", _num("iqr_ms", ".2f")),
-    ("CV", _num("cv", ".2f")), ("n", _num("n_samples", ".0f")),
+    ("CV", _cv), ("n", _num("n_samples", ".0f")),
     ("speedup", _num("speedup_vs_padded", ".2f")),
     ("speedup 95% CI", _range("speedup_ci_low", "speedup_ci_high", ".2f")),
     ("GEMM bound", _num("gemm_flop_bound", ".2f")),
@@ -69,7 +79,7 @@ TRAIN_COLUMNS: list[Column] = [
     ("optimizer", lambda r: str(r.get("optimizer"))),
     ("step ms", _num("median_step_ms", ".1f")),
     ("95% CI ms", _range("ci_low_ms", "ci_high_ms", ".1f")),
-    ("CV", _num("cv", ".2f")), ("n", _num("n_samples", ".0f")),
+    ("CV", _cv), ("n", _num("n_samples", ".0f")),
     ("tokens/s", _num("tokens_per_s", ".0f")), ("MFU %", _num("mfu_percent", ".1f")),
     ("HFU %", _num("hfu_percent", ".1f")),
     ("MFU/HFU peak", lambda r: str(r.get("peak_source") or "–")),

@@ -20,16 +20,20 @@ import jinja2
 import pandas as pd
 
 from suite.correctness import REFERENCE, TOLERANCE
+from suite.machine_load import NOISY_CV, NOISY_OTHER_CPUS
 from suite.analysis.tidy import read_table
 from suite.experiments.registry import SPECS, ExperimentSpec
 from suite.peak.cpu_theory import isa_summary
 from suite.peak.schema import read_peak
-from suite.report.columns import LAYOUTS, fmt
+from suite.report.columns import LAYOUTS, fmt, is_noisy
 
 TEMPLATES = Path(__file__).parent / "templates"
 # What the failures table shows of a row (tables of some families lack a few of them).
 PROBLEM_COLUMNS = ("experiment", "system", "subject", "batch_size", "max_seq_len", "status",
                    "reason")
+# What the noisy points' table shows of a row.
+NOISY_COLUMNS = ("experiment", "system", "label", "subject", "batch_size", "max_seq_len", "cv",
+                 "noise_reason", "record")
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,10 @@ def render_report(sections: list[Section], out: Path, *, machines: list[Machine]
                     "machine_label": by_path[path].label}
                   for (path, _), df in frames.items() if "status" in df
                   for r in df[df.status != "ok"].to_dict("records")],
+        noisy=[{**dict.fromkeys(NOISY_COLUMNS), **_clean(r),
+                 "machine_label": by_path[path].label}
+               for (path, _), df in runs.items() if "noisy" in df
+               for r in df.to_dict("records") if is_noisy(r)],
         claims=[{**row, "machine_label": by_path[path].label}
                 for (path, _), a in analyses.items() for row in _claims(a, "frameworks")],
         counts=_counts(runs.values()),
@@ -101,6 +109,7 @@ def render_report(sections: list[Section], out: Path, *, machines: list[Machine]
         timing=next((a["provenance"]["timing"] for k, a in analyses.items()
                      if k[0] == first and a.get("provenance", {}).get("timing")), {}),
         reference=REFERENCE, tolerance=TOLERANCE,
+        noise_thresholds={"cv": NOISY_CV, "other_cpus": NOISY_OTHER_CPUS},
         peaks=[(m.label, peaks[m.path]) for m in machines],
     )
     out = Path(out)

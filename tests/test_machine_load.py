@@ -1,0 +1,41 @@
+"""The load watched around a timing loop and the noisy verdict (suite.machine_load)."""
+
+import subprocess
+import sys
+import time
+
+from suite.machine_load import NOISY_CV, NOISY_OTHER_CPUS, noise_columns, verdict, watched
+
+BUSY = [sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 1.5: pass"]
+
+
+def test_verdict_names_each_threshold_crossed():
+    assert verdict(None, 0.05) == {"noisy": False, "reasons": [],
+                                   "thresholds": {"cv": NOISY_CV, "other_cpus": NOISY_OTHER_CPUS}}
+    assert verdict(None, 0.2)["reasons"] == ["CV 0.20 > 0.15"]
+    load = {"other_cpus": 0.9, "busy_processes": [{"pid": 7, "name": "hog", "cpus": 0.9}]}
+    v = verdict(load, 0.01)
+    assert v["noisy"] and v["reasons"] == [
+        "other processes used 0.90 CPUs while timing: hog (pid 7) 0.90"]
+    assert not verdict({"other_cpus": 0.1, "busy_processes": []}, float("nan"))["noisy"]
+    assert noise_columns({}) == {"noisy": None, "noise_reason": None}  # older records
+    assert noise_columns({"noise": v}) == {"noisy": True, "noise_reason": v["reasons"][0]}
+
+
+def test_work_of_the_timed_session_is_not_counted_but_another_session_is():
+    """The timed process's own children and ranks share its session and are part of the
+    measurement; a process of another session is the machine being busy."""
+    with watched() as own:
+        subprocess.run(BUSY, check=True)  # a child of the timed process, in its session
+    hog = subprocess.Popen(BUSY, start_new_session=True)  # another program's process
+    try:
+        time.sleep(0.2)
+        with watched() as other:
+            time.sleep(1.0)
+    finally:
+        hog.kill()
+        hog.wait()
+    assert own["other_cpus"] < 0.5, own
+    assert other["other_cpus"] > 0.5, other
+    assert other["busy_processes"][0]["pid"] == hog.pid
+    assert set(own["before"]) == {"loadavg", "cpu_mhz", "governor"}
