@@ -15,11 +15,11 @@ import pandas as pd
 
 from suite.experiments.llm_plan import ABLATION
 from suite.machine_load import noise_columns
-from suite.records import read_record
+from suite.analysis.tables import read_checked
 
 
 def llm_row(path: Path) -> dict:
-    rec = read_record(path)
+    rec = read_checked(path)
     stats = rec.timing.get("stats", {})
     d, c = rec.derived, rec.correctness
     mfu, hfu = d.get("mfu") or {}, d.get("hfu") or {}

@@ -15,14 +15,15 @@ from typing import Any
 import pandas as pd
 
 from suite.analysis.verdicts import CLAIM_COLUMNS, claim, not_tested
-from suite.records import Record, read_record
+from suite.analysis.tables import read_checked
+from suite.records import Record
 from suite.stats import mean_ci
 
 PAPER = "PMA"
 
 
 def read_runs(paths: Iterable[str | Path]) -> list[tuple[Path, Record]]:
-    return [(Path(p), read_record(p)) for p in paths]
+    return [(Path(p), read_checked(p)) for p in paths]
 
 
 def curves(runs: list[tuple[Path, Record]]) -> pd.DataFrame:

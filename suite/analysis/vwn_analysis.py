@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from suite.analysis.verdicts import CLAIM_COLUMNS, claim
-from suite.records import read_record
+from suite.analysis.tables import read_checked
 from suite.stats import mean_ci
 
 LOSSES = {"next_token": "next-token", "next_2_token": "next-2-token"}
@@ -30,7 +30,7 @@ def read_runs(paths: Iterable[str | Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(one row per run, one row per run and evaluation)."""
     rows, curve_rows = [], []
     for path in paths:
-        rec = read_record(path)
+        rec = read_checked(path)
         d, p, t = rec.derived, rec.point, rec.timing
         cost = d.get("cost", {})
         row = {"experiment": rec.experiment, "label": rec.system, "m": p.get("m"),
