@@ -11,7 +11,7 @@ STAMP := $(VENV)/.seedbench-installed
 # Console scripts of the venv (seedbench, snakemake) for the workflow's shell rules.
 RUN := PATH="$(abspath $(BIN)):$$PATH"
 
-.PHONY: help venv reproduce report rerun-noisy test test-cluster slurm lint lock clean browser
+.PHONY: help venv reproduce report rerun-noisy gpu-check gpu-wheels test test-cluster slurm lint lock clean browser
 
 help:
 	@echo "make reproduce [CONFIG=workflows/config/paper.yaml]  run the workflow -> reports/index.html"
@@ -61,6 +61,30 @@ report: $(STAMP)
 rerun-noisy: $(STAMP)
 	$(RUN) $(UNLOCK_STALE)
 	$(RUN) $(BIN)/python workflows/rerun_noisy.py $(CONFIG) $(SNAKEMAKE) --cores $(CORES) $(SNAKEFLAGS)
+
+# The GPU half (suite/gpu_check.py) in one short lease of a bare GPU machine with its own torch,
+# triton and transformers and no package registry. Here, first: `make gpu-wheels` (the suite's
+# other needs as cp312 wheels into the git-ignored .whl/, which travels with `carry`). There:
+#   make gpu-check GPU_OUT=$$OUT    (installs the wheels and the project without dependencies)
+# DRY=1 rehearses every step on CPU at tiny sizes with this venv (make test runs it).
+GPU_OUT ?= gpu-check-out
+GPU_WHEELS := jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 \
+	rpds-py==2026.9.1
+gpu-wheels:
+	mkdir -p .whl
+	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+		--implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+		--platform manylinux2014_x86_64 -d .whl $(GPU_WHEELS)
+
+ifdef DRY
+gpu-check: $(STAMP)
+	$(BIN)/python -m suite.cli gpu-check --dry --out $(GPU_OUT)
+else
+gpu-check:
+	python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+	python3 -m pip install -q --no-index --no-deps --no-build-isolation -e .
+	PYTHONPATH=/tmp/site python3 -m suite.cli gpu-check --out $(GPU_OUT)
+endif
 
 # The report's browser test (tests/test_report_browser.py) opens the report in Debian's chromium
 # through chromedriver: installed here when absent and the user is root; otherwise it skips.

@@ -207,6 +207,15 @@ def main(argv: list[str] | None = None) -> int:
     publish.add_argument("--replace", action="store_true",
                          help="replace an already published folder of that name")
 
+    gpu = sub.add_parser("gpu-check", help="the GPU half in one short lease (kernel tests, "
+                                           "autotune, MHA, BERT, ladder, ~1B GPT) -> OUT")
+    gpu.add_argument("--out", type=Path, required=True,
+                     help="steps.json, tuning.json, kernel_tests.xml, results.tar.gz")
+    gpu.add_argument("--dry", action="store_true",
+                     help="rehearse every step on CPU at tiny sizes (Triton interpreted)")
+    gpu.add_argument("--budget-s", type=float, default=480.0,
+                     help="no step starts after this many seconds (480)")
+
     heads = sub.add_parser("headlines", help="the README's block of published results "
                                              "(after make report) -> stdout or the README")
     heads.add_argument("folders", type=Path, nargs="+", help="published machine folders")
@@ -556,6 +565,15 @@ def _compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _gpu_check(args: argparse.Namespace) -> int:
+    from suite.gpu_check import run
+
+    steps = run(args.out, dry=args.dry, budget_s=args.budget_s)["steps"]
+    for step in steps:
+        print(f"{step['step']:8s} {step['status']:8s} {step.get('seconds', '')}")
+    return 0 if all(s["status"] == "ok" for s in steps) else 1
+
+
 def _noisy(args: argparse.Namespace) -> int:
     from suite.machine_load import noise_columns
     from suite.records import NOT_RECORDS, read_record
@@ -645,6 +663,7 @@ COMMANDS = {"run": _run, "peak": _peak, "env": _env, "baselines": _baselines,
             "train": _train, "trainers": _trainers, "pretrain": _pretrain,
             "pretrain-table": _pretrain_table, "llm-table": _llm_table,
             "plot": _plot, "analyze": _analyze, "compare": _compare, "noisy": _noisy,
+            "gpu-check": _gpu_check,
             "scale-model": _scale_model, "scale-table": _scale_table, "report": _report,
             "publish": _publish,
             "headlines": _headlines}

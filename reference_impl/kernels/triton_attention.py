@@ -17,7 +17,12 @@ Tensors on CPU only work under ``TRITON_INTERPRET=1``, which is how the tests ru
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import triton
@@ -27,19 +32,58 @@ from reference_impl.kernels.triton_common import check_device, is_interpreted
 
 VARIANTS = ("auto", "short", "long")
 
-SHORT_SEQ_MAX = 256
-"""``variant="auto"`` picks ``short`` when ``max_seqlen <= SHORT_SEQ_MAX``, else ``long``.
+TUNING_ENV = "SEEDBENCH_TRITON_TUNING"
 
-The short variant holds a ``BLOCK_N x head_dim`` tile of K and of V (``BLOCK_N`` = the next power
-of two >= max_seqlen) plus a ``BLOCK_M x BLOCK_N`` fp32 score tile on chip at once. At 256 keys and
-head_dim 128 in fp16 that is 2 x 64 KiB of K/V in shared memory and a 64 x 256 fp32 score tile in
-registers, about what one SM holds; longer sequences would spill registers or not fit in shared
-memory, so beyond this the long variant's fixed-size key blocks win. The value is not tuned on a
-GPU yet (no device was available when it was written); re-measure before relying on the crossover.
-"""
 
-BLOCK_M = 64  # query rows per program, both variants
-LONG_BLOCK_N = 64  # keys per step of the long variant's loop
+@dataclass(frozen=True)
+class Tuning:
+    """The kernel's launch parameters. The defaults were chosen without a GPU; on one,
+    ``seedbench gpu-check`` times candidates at the MHA study's shapes and writes the fastest
+    as JSON to a file, which the variable ``SEEDBENCH_TRITON_TUNING`` names for later
+    processes (read once, at import; the values in force are ``ACTIVE``).
+
+    ``short_seq_max``: ``variant="auto"`` picks ``short`` up to this many keys, ``long`` beyond.
+    The short variant holds a ``BLOCK_N x head_dim`` tile of K and of V (``BLOCK_N`` = the next
+    power of two >= max_seqlen) plus a ``BLOCK_M x BLOCK_N`` fp32 score tile on chip at once: at
+    256 keys and head_dim 128 in fp16, 2 x 64 KiB of K/V and a 64 x 256 fp32 score tile, about
+    what one SM holds; longer sequences would spill, so the long variant's fixed key blocks win.
+    ``block_m``: query rows per program (both variants); ``long_block_n``: keys per step of the
+    long variant's loop; ``num_warps`` below 128 keys per block, ``num_warps_wide`` from 128.
+    """
+    block_m: int = 64
+    long_block_n: int = 64
+    num_warps: int = 4
+    num_warps_wide: int = 8
+    short_seq_max: int = 256
+
+    def __post_init__(self) -> None:
+        for name in ("block_m", "long_block_n", "short_seq_max"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 16 or value & (value - 1):
+                raise ValueError(f"{name}={value!r} must be a power of two >= 16")
+        for name in ("num_warps", "num_warps_wide"):
+            if getattr(self, name) not in (1, 2, 4, 8, 16):
+                raise ValueError(f"{name}={getattr(self, name)!r} is not one of 1, 2, 4, 8, 16")
+
+
+def load_tuning(path: str | None = None) -> Tuning:
+    """The tuning in the JSON file ``path`` (default: the file ``SEEDBENCH_TRITON_TUNING``
+    names), or the defaults when neither is given."""
+    path = path or os.environ.get(TUNING_ENV)
+    if not path:
+        return Tuning()
+    data = json.loads(Path(path).read_text())
+    fields = {f.name for f in dataclasses.fields(Tuning)}
+    unknown = sorted(set(data.get("tuning", data)) - fields)
+    if unknown:
+        raise ValueError(f"{path}: unknown tuning key(s) {unknown}; valid: {sorted(fields)}")
+    return Tuning(**data.get("tuning", data))
+
+
+ACTIVE = load_tuning()
+SHORT_SEQ_MAX = ACTIVE.short_seq_max
+BLOCK_M = ACTIVE.block_m  # query rows per program, both variants
+LONG_BLOCK_N = ACTIVE.long_block_n  # keys per step of the long variant's loop
 MAX_HEAD_DIM = 128  # head_dim is padded to a power of two (>= 16) on chip; 128 keeps tiles small
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -136,9 +180,9 @@ def _varlen_attention_kernel(
 _INTERPRETED = is_interpreted(_varlen_attention_kernel)
 
 
-def choose_variant(max_seqlen: int) -> str:
-    """The ``auto`` rule: ``short`` up to ``SHORT_SEQ_MAX`` keys, ``long`` beyond."""
-    return "short" if max_seqlen <= SHORT_SEQ_MAX else "long"
+def choose_variant(max_seqlen: int, tuning: Tuning | None = None) -> str:
+    """The ``auto`` rule: ``short`` up to ``short_seq_max`` keys, ``long`` beyond."""
+    return "short" if max_seqlen <= (tuning or ACTIVE).short_seq_max else "long"
 
 
 def triton_varlen_attention(
@@ -151,6 +195,7 @@ def triton_varlen_attention(
     causal: bool = False,
     softmax_scale: float | None = None,
     variant: str = "auto",
+    tuning: Tuning | None = None,
 ) -> torch.Tensor:
     """softmax(q k^T * scale) v of each sequence with itself, ``(total_tokens, heads, head_dim)``.
 
@@ -161,8 +206,9 @@ def triton_varlen_attention(
     length (neither is checked: that would cost a device-to-host sync per call). ``causal`` masks
     keys after the query, positions counted from each sequence's start. ``softmax_scale`` defaults
     to ``1 / sqrt(head_dim)``. ``variant``: ``"short"``, ``"long"`` or ``"auto"`` (see
-    ``SHORT_SEQ_MAX``); ``"short"`` is not refused above it, but its tiles may then not fit on a
-    GPU. With fp32 inputs on a GPU the products run in TF32, Triton's default.
+    ``Tuning.short_seq_max``); ``"short"`` is not refused above it, but its tiles may then not
+    fit on a GPU. ``tuning``: launch parameters (default ``ACTIVE``). With fp32 inputs on a GPU
+    the products run in TF32, Triton's default.
     """
     if variant not in VARIANTS:
         raise ValueError(f"variant={variant!r} is not one of {VARIANTS}")
@@ -194,23 +240,24 @@ def triton_varlen_attention(
     if total_tokens == 0 or batch == 0 or max_seqlen == 0 or heads == 0:
         return out
 
+    tuning = tuning or ACTIVE
     if variant == "auto":
-        variant = choose_variant(max_seqlen)
+        variant = choose_variant(max_seqlen, tuning)
     if variant == "short":
         block_n = max(16, triton.next_power_of_2(max_seqlen))  # tl.dot needs every dim >= 16
     else:
-        block_n = LONG_BLOCK_N
+        block_n = tuning.long_block_n
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(head_dim)
 
-    grid = (triton.cdiv(max_seqlen, BLOCK_M), heads, batch)
+    grid = (triton.cdiv(max_seqlen, tuning.block_m), heads, batch)
     _varlen_attention_kernel[grid](
         q, k, v, out, cu_seqlens, float(softmax_scale) * _LOG2E,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1),
         v.stride(0), v.stride(1), out.stride(0), out.stride(1),
         HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
-        BLOCK_M=BLOCK_M, BLOCK_N=block_n, CAUSAL=bool(causal), SINGLE_PASS=variant == "short",
-        UPCAST_DOT=_INTERPRETED and q.dtype == torch.bfloat16,
-        num_warps=8 if block_n >= 128 else 4,
+        BLOCK_M=tuning.block_m, BLOCK_N=block_n, CAUSAL=bool(causal),
+        SINGLE_PASS=variant == "short", UPCAST_DOT=_INTERPRETED and q.dtype == torch.bfloat16,
+        num_warps=tuning.num_warps_wide if block_n >= 128 else tuning.num_warps,
     )
     return out

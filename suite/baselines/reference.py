@@ -24,6 +24,7 @@ class Reference(Baseline):
     def prepare(self, model: torch.nn.Module, device: torch.device, dtype: torch.dtype) -> None:
         self.token_types = uses_token_types(model)
         self.model = PaddingFreeBert.from_hf(model, **asdict(self.switches)).to(device, dtype)
+        self.device = device
 
     @torch.inference_mode()
     def run(self, batch: BertBatch) -> torch.Tensor:
@@ -31,4 +32,9 @@ class Reference(Baseline):
         return self.model(batch.input_ids, batch.attention_mask, types)
 
     def details(self) -> dict:
-        return {"switches": asdict(self.switches), "model": type(self.model).__name__}
+        out = {"switches": asdict(self.switches), "model": type(self.model).__name__}
+        if self.device.type == "cuda":  # its attention runs the Triton kernel with this launch
+            from reference_impl.kernels.triton_attention import ACTIVE
+
+            out["triton_tuning"] = asdict(ACTIVE)
+        return out

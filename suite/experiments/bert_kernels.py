@@ -11,6 +11,8 @@ outputs are compared on valid tokens with a float64 computation before anything 
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import math
 from typing import Any
 
@@ -105,6 +107,12 @@ def _run(record: Record, cfg: BertVarlenConfig, op: str, system: str, batch_size
     median = stats["median"]
     record.derived = {"latency_ms": median * 1e3, "tokens_per_s": sum(lengths) / median,
                       "padding_free": system == "varlen" if op == "attention" else None}
+    if op == "attention" and system == "varlen":  # auto: Triton on CUDA, torch elsewhere
+        record.derived["attention_backend"] = "triton" if device.type == "cuda" else "torch"
+        if device.type == "cuda":
+            from reference_impl.kernels.triton_attention import ACTIVE
+
+            record.derived["triton_tuning"] = asdict(ACTIVE)
     if useful_flops:
         record.derived.update({"useful_flops": useful_flops,
                                "useful_flops_per_s": useful_flops / median,

@@ -1,0 +1,189 @@
+"""The GPU half of the suite in one short accelerator lease (``seedbench gpu-check``), and its
+CPU rehearsal (``--dry``, run by ``make test`` so the pack cannot rot between leases).
+
+Why: accelerator time comes as one lease of minutes on a bare machine with its own torch, triton
+and transformers and no package registry (``make gpu-check`` says how the project is installed
+there). So the GPU work is this one prepared script: steps in order of importance, so that a run
+cut off still leaves the most important results, each through the suite's own CLI (records as
+the workflow writes them), each step's outcome and time in ``steps.json``:
+
+  env        versions, the GPU, what the suite could not import
+  kernels    the Triton kernel tests, compiled for the GPU (no interpreter)
+  tune       the varlen attention's launch parameters timed at the MHA shapes -> tuning.json,
+             which every later step runs with (``SEEDBENCH_TRITON_TUNING``)
+  peak       the GPU's GEMM peak (cuBLAS) beside its datasheet peak
+  mha        varlen Triton vs padded matmul+mask+softmax+matmul vs padded SDPA, b16 x 128-1024
+  bert       end-to-end BERT-base: the reference vs HF eager, SDPA, torch.compile, torch-nested
+  gpt        a ~1B-parameter GPT trained in bf16 on one GPU: MFU against the datasheet peak
+  ladder     the ByteTransformer ablation ladder at one point
+
+A step that would start past the time budget is recorded as skipped. Records go under
+``<machine>/...`` (the workflow's layout and machine name, e.g. ``1x-nvidia-h200``), packed into
+``OUT/results.tar.gz`` after every step: the lease returns only a few files, and a cut-off run
+keeps what it had.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+BUDGET_S = 480.0  # the issue's goal: the whole pack within 8 minutes of device wall time
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """What each step runs: the GPU's sizes, or the rehearsal's tiny ones."""
+    device: str
+    bert_dtype: str
+    bert_model: dict[str, int]
+    mha_lengths: tuple[int, ...]
+    bert_lengths: tuple[int, ...]
+    batch: int
+    bert_systems: tuple[str, ...]
+    gpt: dict[str, Any]
+    timing: dict[str, float]
+    tune_shapes: tuple[int, ...]
+    kernel_tests: tuple[str, ...] = ()
+    peak_sizes: tuple[int, ...] = (4096, 8192)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+GPU = Sizes(
+    device="cuda", bert_dtype="fp16",
+    bert_model={"layers": 12, "hidden": 768, "heads": 12, "intermediate": 3072,
+                "vocab_size": 30522},
+    mha_lengths=(128, 256, 512, 1024), bert_lengths=(128, 1024), batch=16,
+    bert_systems=("reference", "torch-eager", "torch-sdpa", "torch-compile", "torch-nested"),
+    # ~1.2B parameters (24 x 12 x 2048^2 + embeddings), 2048 tokens, 8 sequences per step
+    gpt={"model": {"n_layer": 24, "n_embd": 2048, "n_head": 16, "vocab_size": 50304,
+                   "fused": True},
+         "seq_len": 2048, "global_batch": 8, "steps": 14, "warmup_steps": 4, "dtype": "bf16",
+         "compile": True, "device": "cuda"},
+    timing={"warmup": 3, "min_repeats": 10, "min_time_s": 0.3},
+    tune_shapes=(128, 256, 512, 1024),
+    extra={"ladder_length": 256},
+)
+REHEARSAL = Sizes(
+    device="cpu", bert_dtype="fp32",
+    bert_model={"layers": 1, "hidden": 32, "heads": 2, "intermediate": 64, "vocab_size": 100},
+    mha_lengths=(16, 32), bert_lengths=(16,), batch=2,
+    bert_systems=("reference", "torch-eager", "torch-nested"),
+    gpt={"model": {"n_layer": 1, "n_embd": 32, "n_head": 2, "vocab_size": 256},
+         "seq_len": 16, "global_batch": 2, "steps": 3, "warmup_steps": 1, "dtype": "fp32",
+         "device": "cpu", "threads": 1},
+    timing={"warmup": 1, "min_repeats": 2, "min_time_s": 0.0},
+    tune_shapes=(16,),
+    kernel_tests=("-k", "matches_reference and not bf16"),
+    peak_sizes=(64,),
+    extra={"ladder_steps": (0, 5)},  # the first and the last step: the same path, less time
+)
+
+
+class Pack:
+    """One run of the pack: the steps' outcomes, the time budget, the files written."""
+
+    def __init__(self, out: Path, work: Path, sizes: Sizes, budget_s: float):
+        self.out, self.work, self.sizes, self.budget_s = out, work, sizes, budget_s
+        from suite.env import machine_slug
+
+        self.machine = machine_slug()  # e.g. 1x-nvidia-h200: the folder make report shows
+        self.results = work / self.machine
+        self.started = time.monotonic()
+        self.steps: list[dict[str, Any]] = []
+        self.env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        if sizes.device == "cpu":
+            self.env["TRITON_INTERPRET"] = "1"
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def step(self, name: str, fn) -> None:
+        if self.elapsed() > self.budget_s:
+            self.steps.append({"step": name, "status": "skipped",
+                               "reason": f"budget of {self.budget_s:g} s spent"})
+        else:
+            t0 = time.monotonic()
+            try:
+                detail = fn() or {}
+                status = detail.pop("status", "ok")
+            except Exception as e:  # noqa: BLE001 - a step's failure is recorded, the pack goes on
+                status, detail = "failed", {"reason": f"{type(e).__name__}: {e}"}
+            self.steps.append({"step": name, "status": status,
+                               "seconds": round(time.monotonic() - t0, 1), **detail})
+        print(f"[gpu-check] {name}: {self.steps[-1]['status']} "
+              f"({self.elapsed():.0f} s elapsed)", file=sys.stderr, flush=True)
+        self.save()
+
+    def save(self) -> None:
+        (self.out / "steps.json").write_text(json.dumps(
+            {"budget_s": self.budget_s, "elapsed_s": round(self.elapsed(), 1),
+             "device": self.sizes.device, "steps": self.steps}, indent=1))
+        if self.results.exists():
+            with tarfile.open(self.out / "results.tar.gz", "w:gz") as tar:
+                tar.add(self.results, arcname=self.machine)
+
+    def seedbench(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        """One suite command; it may run past the budget by a minute at most (the lease's
+        command limit is what must not be crossed)."""
+        left = max(30.0, self.budget_s + 60 - self.elapsed())
+        return subprocess.run([sys.executable, "-m", "suite.cli", *args], env=self.env,
+                              capture_output=True, text=True, timeout=min(timeout, left))
+
+    def section(self, **extra: Any) -> str:
+        s = self.sizes
+        return json.dumps({"model": s.bert_model, "batch_sizes": [s.batch],
+                           "max_seq_lens": list(s.bert_lengths), "device": s.device,
+                           "dtype": s.bert_dtype, "timing": s.timing, "timeout_s": 240,
+                           "baselines": list(s.bert_systems), **extra})
+
+    def point(self, experiment: str, system: str, length: int, subject: str | None = None
+              ) -> str:
+        out = (self.results / experiment / (subject or "bert") / system
+               / f"b{self.sizes.batch}_l{length}.json")
+        args = ["run", experiment, "--system", system, "--batch-size", str(self.sizes.batch),
+                "--max-seq-len", str(length), "--section-json", self.section(),
+                "--out", str(out)]
+        if subject:
+            args += ["--subject", subject]
+        if (self.results / "peak.json").exists():
+            args += ["--peak", str(self.results / "peak.json")]
+        done = self.seedbench(*args)
+        if not out.exists():
+            raise RuntimeError(f"{experiment} {system} L={length}: no record "
+                               f"(exit {done.returncode}): {done.stderr[-500:]}")
+        return json.loads(out.read_text())["status"]
+
+
+def run(out: Path, dry: bool = False, budget_s: float = BUDGET_S) -> dict[str, Any]:
+    """Every step in order; returns the contents of ``steps.json``."""
+    from suite.gpu_steps import STEPS
+
+    out.mkdir(parents=True, exist_ok=True)
+    if dry:  # the autotune runs in this process: Triton must be interpreted before its import
+        os.environ["TRITON_INTERPRET"] = "1"
+    # the records are written outside OUT: a lease returns only a few files from there
+    work = Path(tempfile.mkdtemp(prefix="seedbench-gpu-check-"))
+    pack = Pack(out, work, REHEARSAL if dry else GPU, budget_s)
+    if not dry and not _has_cuda():
+        pack.steps.append({"step": "env", "status": "failed",
+                           "reason": "no CUDA device: run with --dry to rehearse on CPU"})
+        pack.save()
+        return json.loads((out / "steps.json").read_text())
+    for name, fn in STEPS:
+        pack.step(name, lambda fn=fn: fn(pack))
+    return json.loads((out / "steps.json").read_text())
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()

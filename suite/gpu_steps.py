@@ -1,0 +1,247 @@
+"""The steps of ``seedbench gpu-check`` (``suite.gpu_check``), in the order they run. Each takes
+the ``Pack`` and returns what ``steps.json`` keeps of it (``status`` when not ``ok``)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import platform
+import sys
+import time
+from dataclasses import asdict
+from itertools import product
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+# What the suite needs beyond torch, triton and transformers (each a module it imports)
+NEEDED = ("jsonschema", "yaml", "scipy", "pandas", "matplotlib", "jinja2", "threadpoolctl")
+
+
+def env(pack) -> dict[str, Any]:
+    """Versions, the device, and every module the suite needs that does not import here."""
+    import torch
+
+    versions, missing = {"python": platform.python_version()}, []
+    for name in ("torch", "triton", "transformers", *NEEDED):
+        try:
+            versions[name] = getattr(importlib.import_module(name), "__version__", "?")
+        except ImportError as e:
+            missing.append(f"{name} ({e})")
+    device = (torch.cuda.get_device_name(0) if pack.sizes.device == "cuda" else
+              platform.processor() or "cpu")
+    from suite.baselines.registry import baselines
+
+    detail = {"versions": versions, "device_name": device, "missing": missing,
+              "baselines_registered": sorted(baselines.entry_points())}
+    if pack.sizes.device == "cuda":
+        detail["capability"] = ".".join(map(str, torch.cuda.get_device_capability(0)))
+    if missing:
+        detail["status"] = "failed"
+        detail["reason"] = ("missing: " + ", ".join(missing)
+                            + " (carry their wheels: make gpu-wheels)")
+    return detail
+
+
+def kernels(pack) -> dict[str, Any]:
+    """The Triton kernel tests, compiled for this GPU (the rehearsal: a subset, interpreted)."""
+    import subprocess
+
+    report = pack.out / "kernel_tests.xml"
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           str(ROOT / "tests" / "test_triton_kernels.py"),
+                           f"--junitxml={report}", *pack.sizes.kernel_tests],
+                          env=pack.env, capture_output=True, text=True, timeout=240, cwd=ROOT)
+    summary = (done.stdout.strip().splitlines() or ["no output"])[-1]
+    return {"summary": summary, **({} if done.returncode == 0 else
+                                   {"status": "failed", "tail": done.stdout[-2000:]})}
+
+
+def tune(pack) -> dict[str, Any]:
+    """Time each candidate launch of the varlen attention at the MHA study's shapes (correct
+    ones only: each is checked against torch first) and keep the fastest; later steps run with
+    it through SEEDBENCH_TRITON_TUNING, and tuning.json records every measurement."""
+    import torch
+
+    from reference_impl.kernels import triton_attention as ta
+
+    device = torch.device(pack.sizes.device)
+    dtype = torch.float16 if device.type == "cuda" else torch.float32
+    cands = pack.sizes.extra.get("tune", TUNE_GPU if device.type == "cuda" else TUNE_CPU)
+    rows = []
+    for length in pack.sizes.tune_shapes:
+        q, k, v, cu, expected = _attention_case(pack.sizes.batch, length, device, dtype)
+        for variant, (block_m, second, warps) in [
+                *(("short", c) for c in product(cands["block_m"], [0], cands["warps"])),
+                *(("long", c) for c in product(cands["block_m"], cands["long_block_n"],
+                                               cands["warps"]))]:
+            t = ta.Tuning(block_m=block_m, long_block_n=second or ta.ACTIVE.long_block_n,
+                          num_warps=warps, num_warps_wide=warps)
+            try:
+                out = ta.triton_varlen_attention(q, k, v, cu, length, variant=variant, tuning=t)
+                err = (out.float() - expected).abs().max().item()
+                ms = _time_ms(lambda q=q, k=k, v=v, cu=cu, n=length, var=variant, t=t:
+                              ta.triton_varlen_attention(q, k, v, cu, n, variant=var, tuning=t),
+                              device)
+            except Exception as e:  # noqa: BLE001 - a launch that does not fit is a data point
+                err, ms = math.nan, math.nan
+                rows.append({"length": length, "variant": variant, **asdict(t),
+                             "error": f"{type(e).__name__}: {str(e)[:200]}"})
+                continue
+            ok = err <= (2e-2 if dtype == torch.float16 else 1e-4)
+            rows.append({"length": length, "variant": variant, **asdict(t), "ms": ms,
+                         "max_abs_err": err, "correct": ok})
+    chosen = _choose(rows, ta.Tuning())
+    path = pack.out / "tuning.json"
+    path.write_text(json.dumps({"tuning": asdict(chosen), "device": pack.sizes.device,
+                                "dtype": str(dtype), "batch": pack.sizes.batch,
+                                "measurements": rows}, indent=1))
+    pack.env[ta.TUNING_ENV] = str(path)
+    timed = sum("ms" in r for r in rows)
+    detail = {"tuning": asdict(chosen), "candidates_timed": timed,
+              "incorrect": sum(r.get("correct") is False for r in rows)}
+    if not timed:
+        errors = sorted({r["error"] for r in rows if "error" in r})
+        detail.update(status="failed", reason=f"no candidate ran: {errors[:3]}")
+    return detail
+
+
+TUNE_GPU = {"block_m": (32, 64, 128), "long_block_n": (32, 64, 128), "warps": (4, 8)}
+TUNE_CPU = {"block_m": (16, 32), "long_block_n": (16,), "warps": (4,)}
+
+
+def _attention_case(batch: int, length: int, device, dtype):
+    """BERT-base heads (12 x 64) on a ByteTransformer length distribution, and the answer."""
+    import torch
+
+    from suite.workloads import varlen_lengths
+
+    lengths = varlen_lengths(batch, length, "bytetransformer", seed=0)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(sum(lengths), 12, 64, generator=g).to(device, dtype)
+               for _ in range(3))
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32,
+                      device=device)
+    expected = torch.empty(q.shape, dtype=torch.float32, device=device)
+    for i in range(batch):
+        s, e = cu[i].item(), cu[i + 1].item()
+        expected[s:e] = torch.nn.functional.scaled_dot_product_attention(
+            *(t[s:e].transpose(0, 1).float() for t in (q, k, v))).transpose(0, 1)
+    return q, k, v, cu, expected
+
+
+def _time_ms(fn, device) -> float:
+    if device.type == "cuda":
+        from triton.testing import do_bench
+
+        return float(do_bench(fn, warmup=10, rep=40))
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def _choose(rows: list[dict[str, Any]], default):
+    """The fastest correct short and long launches (summed over the lengths each ran at), and
+    short_seq_max: the longest length at which the best short launch beat the best long one."""
+    from reference_impl.kernels.triton_attention import Tuning
+
+    def best(variant):
+        by_key: dict[tuple, list[float]] = {}
+        for r in rows:
+            if r["variant"] == variant and r.get("correct"):
+                key = (r["block_m"], r["long_block_n"], r["num_warps"])
+                by_key.setdefault(key, []).append(r["ms"])
+        full = {k: sum(v) for k, v in by_key.items()
+                if len(v) == max(map(len, by_key.values()))}
+        return min(full, key=full.get) if full else None
+
+    short, long_ = best("short"), best("long")
+    if short is None or long_ is None:
+        return default
+    fastest = {}
+    for r in rows:
+        if r.get("correct"):
+            key = (r["block_m"], r["long_block_n"], r["num_warps"])
+            if key == (short if r["variant"] == "short" else long_):
+                fastest[(r["length"], r["variant"])] = r["ms"]
+    wins = [n for (n, v), ms in fastest.items()
+            if v == "short" and ms <= fastest.get((n, "long"), math.inf)]
+    short_max = 1 << max(wins).bit_length() - 1 if wins else 16
+    return Tuning(block_m=long_[0], long_block_n=long_[1], num_warps=long_[2],
+                  num_warps_wide=short[2], short_seq_max=max(16, short_max))
+
+
+def peak(pack) -> dict[str, Any]:
+    device = pack.sizes.device
+    dtypes = ["fp16", "bf16"] if device == "cuda" else ["fp32"]
+    out = pack.results / "peak.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    args = ["peak", "--device", device, "--dtypes", *dtypes, "--repeats", "2",
+            "--sizes", *map(str, pack.sizes.peak_sizes), "--out", str(out)]
+    if device == "cpu":
+        args += ["--libraries", "torch.matmul"]
+    done = pack.seedbench(*args)
+    if done.returncode != 0:
+        return {"status": "failed", "reason": done.stderr[-1000:]}
+    report = json.loads(out.read_text())
+    return {dtype: {k: (v or {}).get("flops_per_s") for k, v in
+                    report["peaks"][dtype].items() if k in ("measured", "datasheet")}
+            for dtype in dtypes}
+
+
+def mha(pack) -> dict[str, Any]:
+    statuses = {f"{system} L={n}": pack.point("bert_mha", system, n, subject="attention")
+                for n in pack.sizes.mha_lengths
+                for system in ("varlen", "padded-unfused", "padded-sdpa")}
+    try:
+        importlib.import_module("flash_attn")
+        statuses["flash_attn varlen"] = "importable, not a registered system yet"
+    except ImportError:
+        statuses["flash_attn varlen"] = "unavailable: flash_attn is not installed here"
+    return _statuses(statuses)
+
+
+def bert(pack) -> dict[str, Any]:
+    return _statuses({f"{system} L={n}": pack.point("bert_varlen", system, n)
+                      for n in pack.sizes.bert_lengths for system in pack.sizes.bert_systems})
+
+
+def ladder(pack) -> dict[str, Any]:
+    from reference_impl import LADDER
+    from suite.experiments.bert_names import ladder_name
+
+    n = pack.sizes.extra.get("ladder_length", pack.sizes.bert_lengths[0])
+    steps = pack.sizes.extra.get("ladder_steps", range(len(LADDER)))
+    return _statuses({ladder_name(i): pack.point("bert_ablation", ladder_name(i), n)
+                      for i in steps})
+
+
+def gpt(pack) -> dict[str, Any]:
+    label = "gpt-1b" if pack.sizes.device == "cuda" else "gpt-tiny"
+    out = pack.results / "llm_mfu" / label / "single.json"
+    args = ["train", "llm_mfu", "--trainer", "single", "--label", label,
+            "--train-json", json.dumps(pack.sizes.gpt), "--out", str(out),
+            "--steplog", str(out.with_suffix("").with_suffix(".steps.jsonl")),
+            "--timeout-s", "280"]
+    if (pack.results / "peak.json").exists():
+        args += ["--peak", str(pack.results / "peak.json")]
+    done = pack.seedbench(*args, timeout=300)
+    if not out.exists():
+        return {"status": "failed", "reason": f"no record (exit {done.returncode}): "
+                                              f"{done.stderr[-800:]}"}
+    rec = json.loads(out.read_text())
+    mfu = (rec.get("derived") or {}).get("mfu") or {}
+    return {"record_status": rec["status"], "reason": rec.get("reason", "")[:500],
+            "mfu_percent": mfu.get("percent"), "peak": mfu.get("peak_source"),
+            "tokens_per_s": (rec.get("derived") or {}).get("tokens_per_s"),
+            **({} if rec["status"] == "ok" else {"status": "failed"})}
+
+
+def _statuses(statuses: dict[str, str]) -> dict[str, Any]:
+    bad = {k: v for k, v in statuses.items() if v in ("failed", "incorrect")}
+    return {"records": statuses, **({"status": "failed"} if bad else {})}
+
+
+STEPS = (("env", env), ("kernels", kernels), ("tune", tune), ("peak", peak), ("mha", mha),
+         ("bert", bert), ("gpt", gpt), ("ladder", ladder))
