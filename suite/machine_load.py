@@ -40,12 +40,12 @@ def _clock_ticks() -> int:
         return 100
 
 
-def _process_cpu() -> dict[tuple[int, int], tuple[str, int, float]]:
-    """(pid, start time) -> (command name, session id, CPU seconds so far) of every readable
-    process; the start time tells a reused pid apart (a kernel worker's name changes with its
-    work, so the name cannot)."""
+def _process_cpu() -> dict[tuple[int, int], tuple[str, int, int, float]]:
+    """(pid, start time) -> (command name, parent pid, session id, CPU seconds so far) of every
+    readable process; the start time tells a reused pid apart (a kernel worker's name changes
+    with its work, so the name cannot)."""
     ticks = _clock_ticks()
-    out: dict[tuple[int, int], tuple[str, int, float]] = {}
+    out: dict[tuple[int, int], tuple[str, int, int, float]] = {}
     try:
         entries = list(PROC.iterdir())
     except OSError:
@@ -62,12 +62,27 @@ def _process_cpu() -> dict[tuple[int, int], tuple[str, int, float]]:
         name = stat[stat.find("(") + 1:stat.rfind(")")]
         fields = stat[stat.rfind(")") + 2:].split()
         try:
-            session, utime, stime = int(fields[3]), int(fields[11]), int(fields[12])
-            started = int(fields[19])
+            parent, session = int(fields[1]), int(fields[3])
+            utime, stime, started = int(fields[11]), int(fields[12]), int(fields[19])
         except (IndexError, ValueError):
             continue
-        out[(int(entry.name), started)] = (name, session, (utime + stime) / ticks)
+        out[(int(entry.name), started)] = (name, parent, session, (utime + stime) / ticks)
     return out
+
+
+def _descendants(root: int, processes: dict[tuple[int, int], tuple[str, int, int, float]]
+                 ) -> set[int]:
+    """``root`` and every process below it."""
+    children: dict[int, list[int]] = {}
+    for (pid, _), (_, parent, _, _) in processes.items():
+        children.setdefault(parent, []).append(pid)
+    found, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo += children.get(pid, [])
+    return found
 
 
 def _system_busy() -> float | None:
@@ -117,11 +132,12 @@ def _state() -> dict[str, Any]:
 
 
 @contextmanager
-def watched() -> Iterator[dict[str, Any]]:
+def watched(family_of: int | None = None) -> Iterator[dict[str, Any]]:
     """Around a timing loop: yields a dict that holds, once the block ends, the machine's state
     ``before`` and ``after`` and ``other_cpus``: the CPUs busy on average during the block with
-    anything but this process's session (its own children and ranks share it), with the
-    busiest other processes named."""
+    anything but this run's own work, with the busiest other processes named. Its own work: this
+    process's session (its children), and with ``family_of`` every process descended from that
+    pid (a launcher such as torchrun starts each rank in a session of its own)."""
     load: dict[str, Any] = {"before": _state()}
     session = os.getsid(0)
     start, busy0, self0, t0 = _process_cpu(), _system_busy(), _self_cpu(), time.monotonic()
@@ -134,11 +150,12 @@ def watched() -> Iterator[dict[str, Any]]:
     if not end or busy0 is None or busy1 is None:  # no /proc: nothing to say about others
         load["other_cpus"], load["busy_processes"] = None, []
         return
+    family = _descendants(family_of, end) if family_of else set()
     used = []
-    for key, (name, sid, cpu) in end.items():
+    for key, (name, _parent, sid, cpu) in end.items():
         before = start.get(key)
-        spent = cpu - before[2] if before else cpu  # one started during the block: all of it
-        if sid == session:
+        spent = cpu - before[3] if before else cpu  # one started during the block: all of it
+        if sid == session or key[0] in family:
             own += spent if key[0] != os.getpid() else 0.0  # live ranks, children
         elif spent > 0:
             used.append((spent / elapsed, key[0], name))

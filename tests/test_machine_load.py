@@ -39,3 +39,21 @@ def test_work_of_the_timed_session_is_not_counted_but_another_session_is():
     assert other["other_cpus"] > 0.5, other
     assert other["busy_processes"][0]["pid"] == hog.pid
     assert set(own["before"]) == {"loadavg", "cpu_mhz", "governor"}
+
+
+def test_a_launchers_other_ranks_are_the_runs_own_work():
+    """torchrun starts each rank in a session of its own: with ``family_of`` the launcher's
+    pid, a busy sibling rank is not "another program"; without it, it is."""
+    code = ("import subprocess, sys\n"
+            f"subprocess.run({BUSY!r}, start_new_session=True)\n")
+    launcher = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    try:
+        time.sleep(0.3)
+        with watched(family_of=launcher.pid) as family:
+            time.sleep(0.6)
+        with watched() as stranger:
+            time.sleep(0.6)
+    finally:
+        launcher.wait()
+    assert family["other_cpus"] < 0.5, family
+    assert stranger["other_cpus"] > 0.5, stranger

@@ -435,7 +435,10 @@ def _train(record: Record, cfg: TrainConfig, engine: Trainer, dist: DistInfo,
                                    nodes=nodes)
     writer = sl.StepLogWriter(steplog_path) if rank == 0 else None
     times, losses, norms = [], [], []
-    with watched() as load:  # the load on this rank's machine while the steps run
+    # the load on this rank's machine while the steps run; the launcher's other ranks (each in a
+    # session of its own under torchrun) are this run's work, not another program's
+    launched = "TORCHELASTIC_RUN_ID" in os.environ or world > 1
+    with watched(family_of=os.getppid() if launched else None) as load:
         try:
             for step in range(cfg.steps):
                 x, y = next_local()
