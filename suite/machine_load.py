@@ -2,9 +2,9 @@
 
 Why: on a shared machine a point timed beside a busy process comes out slower and more spread,
 and nothing in the number says so. Each timed point records the load around its timing (load
-average, CPU frequency and governor where readable, and the CPU time that processes outside the
-timing's own session used during it) and a verdict: ``noisy`` when the samples' coefficient of
-variation or the other processes' CPU use crosses a threshold. Tables and the report show the
+average, CPU frequency and governor where readable, and the CPU time that anything but the
+run's own processes used during it) and a verdict: ``noisy`` when the samples' coefficient of
+variation or that other CPU use crosses a threshold. Tables and the report show the
 verdict; ``seedbench noisy`` lists those records so that one command re-runs them.
 
 Torch-free and standard library only: Linux ``/proc`` and ``/sys`` are read where they exist; on
@@ -160,7 +160,7 @@ def watched(family_of: int | None = None) -> Iterator[dict[str, Any]]:
         elif spent > 0:
             used.append((spent / elapsed, key[0], name))
     used.sort(reverse=True)
-    # everything the CPUs did but this session's work: processes that came and went during
+    # everything the CPUs did but this run's own work: processes that came and went during
     # the block, the kernel and a hypervisor's steal included
     load["other_cpus"] = round(max(0.0, busy1 - busy0 - own) / elapsed, 3)
     load["busy_processes"] = [{"pid": pid, "name": name, "cpus": round(u, 3)}
