@@ -29,10 +29,18 @@ iteration time and MFU. What a paper leaves unsaid is an assumption, declared he
   trains with --fp16 and does not set --accumulate-allreduce-grads-in-fp32 (off by default).
 - Megatron README H100: the README states TP/PP/DP communication overlap (--tp-comm-overlap,
   --overlap-grad-reduce, --overlap-param-gather, PP overlap by default): overlaps 1 (DP bounded
-  by its window); micro-batch 1, v 1, sequence parallelism where TP > 1 and no recompute (not
+  by its window); micro-batch 1, sequence parallelism where TP > 1 and no recompute (not
   stated; Megatron-Core's defaults); gradients reduced in fp32; untied embeddings (what its
   parameter counts imply, counted as the model's); NDR 400 Gb/s per GPU. The strong-scaling
   runs keep the 177B weak-scaling row's TP 8 and PP 6 (DP = GPUs / 48).
+  Interleaving: with PP > 1, one layer per virtual stage (v = layers / pp). The README's "PP
+  overlap enabled by default" exists only in the interleaved schedule (core_r0.8.0
+  megatron/training/arguments.py turns overlap_p2p_comm off without
+  --num-layers-per-virtual-pipeline-stage), and one layer is the only interleaving the 119B
+  and 462B stages (23 and 7 layers) admit; every weak-scaling batch gives m = 4p, a multiple of
+  the stages as r0.8's interleaved schedule requires. This replaced the first version's v = 1
+  after the first comparison (v = 1 contradicts the README's PP overlap); the calibration rows
+  stayed as declared.
 
 Calibration (``CALIBRATION``): per system, the two runs with the fewest GPUs of its first
 dataset (for the MegaScale systems: the smallest GPU count of each Table 2 batch size), declared
@@ -187,15 +195,17 @@ def h100_runs(table: pd.DataFrame) -> list[Run]:
                             heads=int(r.attention_heads), seq_len=int(r.seq_length),
                             vocab=int(r.vocab_size), tied_embeddings=False)
         shapes[r.model_size_label] = (model, int(r.tp), int(r.pp))
-        layout = _layout(system, int(r.gpus), int(r.batch_size), int(r.tp), int(r.pp),
-                         sequence_parallel=int(r.tp) > 1)
+        pp = int(r.pp)
+        layout = _layout(system, int(r.gpus), int(r.batch_size), int(r.tp), pp,
+                         model.layers // pp if pp > 1 else 1, sequence_parallel=int(r.tp) > 1)
         time = (model.flops_per_token * int(r.batch_size) * model.seq_len
                 / (int(r.gpus) * float(r.tflops_per_gpu) * 1e12))
         runs.append(Run("megatron_h100", system, f"{r.model_size_label} {r.gpus} GPUs", model,
                         layout, time, float(r.mfu_percent)))
     model, tp, pp = shapes["177B"]
     for r in table[table.experiment == "strong_scaling"].itertuples(index=False):
-        layout = _layout(system, int(r.gpus), int(r.batch_size), tp, pp, sequence_parallel=True)
+        layout = _layout(system, int(r.gpus), int(r.batch_size), tp, pp, model.layers // pp,
+                         sequence_parallel=True)
         time = (model.flops_per_token * int(r.batch_size) * model.seq_len
                 / (int(r.gpus) * peak * float(r.mfu_percent) / 100))
         runs.append(Run("megatron_h100", system, f"175B strong b{r.batch_size} {r.gpus} GPUs",

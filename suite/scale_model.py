@@ -14,7 +14,10 @@ One slot is one micro-batch through one pipeline stage (forward + backward) on o
   memory    the element-wise work of a layer (2 LayerNorms, 2 dropouts, 2 residual adds) reads
             and writes 14 b*s*h activations forward and 28 backward (2 bytes each) at HBM
             bandwidth; sequence parallelism shards it over the TP ranks (/ tp), full recompute
-            repeats the forward's 14. Without flash attention the b*(a/tp)*s^2 attention
+            repeats the forward's 14. The MLP's GELU (Megatron's fused bias + GELU) reads and
+            writes the 4h hidden activations, which TP always splits: 8 b*s*h/tp forward, 12
+            backward (gradient and saved input read, gradient written), 8 again under full
+            recompute. Without flash attention the b*(a/tp)*s^2 attention
             scores are written and read too: 13 bytes per score forward (scores, softmax,
             dropout + mask, the AV GEMM's read), 23 backward; recompute repeats the 13.
   TP        4 collectives of b*s*h activations per layer (6 with full recompute: the recomputed
@@ -32,7 +35,8 @@ The iteration:
               backward);
   DP        gradient all-reduce (ring bytes 2(d-1)/d of the replica's N/(tp*pp) parameters at
             grad_bytes; the distributed optimizer below changes it), in buckets of 40M parameters
-            (Megatron's DDP default), over the network; exposed = (1 - dp_overlap) of it, plus
+            (Megatron's DDP default), over the network at the NIC rate times the ranks of the
+            group per node (dp_nic_sharing below); exposed = (1 - dp_overlap) of it, plus
             whatever of the overlapped part does not fit in the window the schedule leaves for
             it: one slot (the last micro-batch's backward hides the reduce-scatter, the first
             one's forward the all-gather) plus, interleaved, the other v - 1 chunks' work of
@@ -51,6 +55,12 @@ The terms the earlier version lacked, each switchable (``Terms``), none fitted p
   all-reduce takes 2(n-1) steps, a tree 2 log2(nodes) network steps plus 2(ranks per node - 1)
   NVLink ones; NCCL picks the cheaper, so DP latency grows with log2 of the nodes;
 - dp_window: the overlapped DP traffic only hides inside the window above;
+- dp_nic_sharing: Megatron orders ranks TP fastest, then DP, so a node of g GPUs holds
+  r = min(d, g/tp) ranks of one DP group. NCCL runs a ring channel per NIC and each ring leaves
+  a node once, so those r ranks share r NICs for one network hop: per-rank DP rate
+  min(r x NIC, NVLink), NVLink alone when the group fits in a node (NCCL's ring bus
+  bandwidth, nccl-tests doc/PERFORMANCE.md), and DP latency over ceil(d / r) nodes. Off, every
+  rank has its own NIC's rate only (right for TP = 8, where r = 1);
 - uneven_bubble: the extra bubble when micro-batches are not a multiple of the stages;
 - straggler: a synchronous step waits for the slowest node; with exponential-tailed per-node
   jitter the expected maximum over n nodes grows as H_n ~ ln n (order statistics), so each
@@ -91,6 +101,11 @@ RECOMPUTE = ("none", "selective", "full")
 # writes for 2 LayerNorms (2 x 2), 2 dropouts (2 x 2) and 2 residual adds (2 x 3) = 14;
 # backward about twice that.
 ELEMENTWISE_FWD, ELEMENTWISE_BWD = 14, 28
+# The MLP's GELU on its 4h hidden activations (always split over the TP ranks: the first MLP
+# GEMM is column-parallel), in units of h per token: the forward (Megatron's fused bias + GELU)
+# reads 4h and writes 4h; the backward reads the incoming gradient and the saved input and
+# writes the gradient: 12.
+GELU_FWD, GELU_BWD = 8, 12
 # Bytes per attention-score element (b x heads x s x s, 2-byte activations) when the scores are
 # materialized (no flash attention): forward writes the scores, the fused softmax reads them and
 # writes probabilities, dropout reads and writes them (+ a 1-byte mask), the AV GEMM reads
@@ -234,6 +249,7 @@ class Terms:
     """Which of the model's terms are on; each can be switched off to see what it adds."""
     latency: bool = True
     dp_window: bool = True
+    dp_nic_sharing: bool = True
     uneven_bubble: bool = True
     straggler: bool = True
     gemm_size: bool = False
@@ -393,16 +409,39 @@ def dp_bytes_per_iteration(model: ModelConfig, layout: Layout) -> float:
     return ring_factor(layout.dp) * local * layout.grad_bytes
 
 
+def dp_ranks_per_node(layout: Layout, hw: Hardware) -> int:
+    """Ranks of one DP group on one node: Megatron orders ranks TP fastest, then DP, so a
+    node of g GPUs holds g / tp consecutive DP ranks of one stage (all of them if fewer)."""
+    return max(1, min(layout.dp, hw.gpus_per_node // layout.tp))
+
+
+def dp_bandwidth(layout: Layout, hw: Hardware, ranks_per_node: int = 1) -> float:
+    """Bytes/s at which one rank's DP ring traffic moves when ``ranks_per_node`` ranks of the
+    group share a node (one NIC each). NCCL runs a ring channel per NIC and a ring leaves each
+    node once, so the node's r ranks share r NICs for one network hop: r x the NIC rate per
+    rank, capped by NVLink, which carries the hops inside the node; a group inside one node
+    is NVLink only. r = 1 (TP = 8, or the term off): the NIC rate."""
+    _check_positive_int("ranks_per_node", ranks_per_node)
+    if ranks_per_node == 1:
+        return hw.network_bw
+    if ranks_per_node >= layout.dp:
+        return hw.nvlink_bw
+    return min(ranks_per_node * hw.network_bw, hw.nvlink_bw)
+
+
 def elementwise_bytes_per_microbatch(model: ModelConfig, layout: Layout) -> float:
     """HBM bytes of a stage's memory-bound work per micro-batch on one GPU: LayerNorm, dropout
-    and residual adds on b*s*h activations (sharded over TP by sequence parallelism), and,
+    and residual adds on b*s*h activations (sharded over TP by sequence parallelism), the
+    GELU on the b*s*4h/tp MLP activations (always split over TP), and,
     without flash attention, the materialized attention scores of the GPU's heads. Full
     recompute repeats the forward part; selective recompute repeats the scores' forward."""
     layers = model.layers / layout.pp
-    units = ELEMENTWISE_FWD * (2 if layout.recompute == "full" else 1) + ELEMENTWISE_BWD
-    tokens = layout.micro_batch * model.seq_len
+    forward_runs = 2 if layout.recompute == "full" else 1
     shard = layout.tp if layout.sequence_parallel else 1
-    activations = units * tokens * model.hidden * model.activation_bytes * layers / shard
+    units = ((ELEMENTWISE_FWD * forward_runs + ELEMENTWISE_BWD) / shard
+             + (GELU_FWD * forward_runs + GELU_BWD) / layout.tp)
+    tokens = layout.micro_batch * model.seq_len
+    activations = units * tokens * model.hidden * model.activation_bytes * layers
     if layout.flash_attention:
         return activations
     scores = (layout.micro_batch * (model.heads / layout.tp) * model.seq_len ** 2 * layers
@@ -446,9 +485,10 @@ def _parts(model: ModelConfig, hw: Hardware, layout: Layout, terms: Terms) -> _P
         pp += 2 * (layout.virtual_stages * layout.pp - 1) / layout.pp * (
             NCCL_BASE_LATENCY + hw.network_latency_s)
     local_params = model.n_params / (layout.tp * layout.pp)
-    dp = dp_bytes_per_iteration(model, layout) / hw.network_bw
+    per_node = dp_ranks_per_node(layout, hw) if terms.dp_nic_sharing else 1
+    dp = dp_bytes_per_iteration(model, layout) / dp_bandwidth(layout, hw, per_node)
     if terms.latency and layout.dp > 1:
-        dp_nodes = min(layout.dp, nodes)
+        dp_nodes = min(layout.dp, nodes) if per_node == 1 else ceil(layout.dp / per_node)
         dp += ceil(local_params / DP_BUCKET_PARAMS) * allreduce_latency(layout.dp, dp_nodes, hw)
     shard = layout.dp if layout.distributed_optimizer else 1
     optimizer = (local_params / shard * ADAM_BYTES_PER_PARAM / hw.hbm_bw
