@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from suite.records import Record, clip, write_record
+from suite.records import Record, Status, clip, read_record, write_record
 from suite.trainers import registry as trainers
 
 if TYPE_CHECKING:
@@ -37,6 +37,10 @@ def run_isolated(cmd: list[str], out: Path, failed: Callable[[str], Record] | No
                  env: dict[str, str] | None = None) -> int:
     """Run ``cmd``, which must write the record ``out``; if it dies or hangs without writing it,
     write ``failed(reason)`` there instead. The child's stderr is passed through.
+
+    A failed record the job wrote itself before a non-zero exit is kept: it names the cause
+    (an LLM run's rank 0 exits 1 after recording a failure, so that torchrun takes its failure
+    path instead of waiting at its exit barrier for a node that died).
 
     ``failed=None``: this supervisor does not own the record (a node other than node 0 of a
     multi-node run): nothing is written, the exit code is returned. ``record_wait_s``: how long
@@ -65,11 +69,19 @@ def run_isolated(cmd: list[str], out: Path, failed: Callable[[str], Record] | No
     deadline = time.monotonic() + record_wait_s
     while code == 0 and not out.exists() and time.monotonic() < deadline:
         time.sleep(0.2)
-    if failed is None or (out.exists() and code == 0):
+    if failed is None or (out.exists() and (code == 0 or _recorded_failure(out))):
         return code
     detail = "\n".join(tail)
     write_record(failed(f"{reason}; last output:\n{detail}" if detail else reason), out)
     return code
+
+
+def _recorded_failure(out: Path) -> bool:
+    """Whether ``out`` is a whole record of a failure (what a job writes before exiting 1)."""
+    try:
+        return read_record(out).status is Status.FAILED
+    except (OSError, ValueError, KeyError, TypeError):  # half-written or not a record
+        return False
 
 
 def _pump(stream, tail: collections.deque) -> None:

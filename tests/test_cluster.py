@@ -387,11 +387,15 @@ def test_a_rendezvous_nobody_answers_fails_within_the_timeout(two_nodes, tmp_pat
 
 
 def test_a_node_dying_mid_run_fails_the_run_and_keeps_finished_records(two_nodes, tmp_path):
+    """Node 2 loses power mid-run: node 1's rank sees its collective fail (the peer's sockets
+    reset, or silence until the collective timeout, train ``timeout_s``), records that cause
+    and the run ends at once, not at the whole run's timeout (torchrun's exit barrier would
+    wait 5 minutes for the dead node's agent after a clean exit); other records stay."""
     kept = tmp_path / "finished.json"
     kept.write_text('{"kept": true}')
     out = tmp_path / "dies.json"
-    procs = _start_nodes(two_nodes, out, _free_port(), train={**TRAIN, "steps": 5000},
-                         timeout=90)
+    procs = _start_nodes(two_nodes, out, _free_port(),
+                         train={**TRAIN, "steps": 5000, "timeout_s": 20}, timeout=120)
     steplog = out.with_suffix(".steps.jsonl")
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (steplog.exists() and steplog.read_text()):
@@ -400,11 +404,15 @@ def test_a_node_dying_mid_run_fails_the_run_and_keeps_finished_records(two_nodes
     start = time.monotonic()
     two_nodes.power_off(1, procs)
     logs = _finish(procs, 150)
+    took = time.monotonic() - start
     record = read_record(out)
     assert record.status == Status.FAILED, "\n".join(logs)[-3000:]
-    assert time.monotonic() - start < 100
+    assert "timed out after 120 s" not in record.reason, record.reason[:500]
+    assert re.search(r"Connection (reset|closed) by peer|[Tt]imed out", record.reason), \
+        record.reason[:500]
+    assert took < 60, took
     assert kept.read_text() == '{"kept": true}'
-    print(f"\nnode 2 killed: node 1's record failed after {time.monotonic() - start:.0f} s: "
+    print(f"\nnode 2 killed: node 1's record failed after {took:.0f} s: "
           f"{record.reason[:200]}")
 
 

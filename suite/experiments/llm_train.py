@@ -41,6 +41,9 @@ Failures: any exception becomes a "failed" record written by rank 0. A rank othe
 fails writes its reason to ``RECORD.json.rank<r>.error`` and exits with status 0, so that the
 launcher does not kill rank 0 before it records the failure (its next collective fails on the
 closed connection, or times out after ``timeout_s``), and rank 0's record includes that reason.
+Rank 0 exits 1 once a failed record is written: torchrun then stops at once, where a clean exit
+would wait at its exit barrier (5 minutes) for the agent of a node that died; the supervisor
+(``suite.launch.run_isolated``) keeps that record.
 """
 
 from __future__ import annotations
@@ -557,7 +560,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         summary += (f" tokens/s={d['tokens_per_s']:.1f} MFU={mfu} "
                     f"step={record.timing['stats']['median'] * 1e3:.1f} ms")
     print(summary, file=sys.stderr)
-    return 0
+    return 1 if record.status == Status.FAILED else 0
 
 
 if __name__ == "__main__":
