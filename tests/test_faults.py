@@ -77,51 +77,102 @@ def _workflow_dir(tmp_path: Path) -> Path:
     return tmp_path / "results" / "faults"
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
-def test_a_workflow_killed_mid_run_resumes(sig, tmp_path):
-    """SIGKILL (OOM killer, power loss) or SIGINT (Ctrl-C: the whole foreground group) to the
-    workflow while it runs a point; then what `make reproduce` runs. A stale lock is dropped
-    with a message, only the unfinished points run, every record parses and nothing finished is
-    redone or lost."""
-    results = _workflow_dir(tmp_path)
-    log = (tmp_path / "first.log").open("w")
-    first = subprocess.Popen([*_snakemake(), "--cores", "1"], cwd=tmp_path, env=_env(),
-                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and len(_records(results)) < 2 and first.poll() is None:
-        time.sleep(0.2)
-    assert first.poll() is None, "the workflow ended before it could be killed"
-    assert len(_records(results)) >= 2, (tmp_path / "first.log").read_text()[-3000:]
-    os.killpg(first.pid, sig)  # Snakemake and the job it is running
-    first.wait(timeout=120)
-    finished = _records(results)
-    locked = (tmp_path / ".snakemake" / "locks").is_dir() and any(
-        (tmp_path / ".snakemake" / "locks").iterdir())
-    assert locked == (sig == signal.SIGKILL)  # Ctrl-C lets Snakemake clean up after itself
+def _start_and_stop(workdir: Path, results: Path, at_least: int, sig: int) -> dict[Path, int]:
+    """Start the workflow (what `make reproduce` runs after its unlock step), send ``sig`` to
+    Snakemake and the job it runs once ``at_least`` records are on disk; returns the records
+    then on disk."""
+    with (workdir / "run.log").open("a") as log:
+        run = subprocess.Popen([*_snakemake(), "--cores", "1"], cwd=workdir, env=_env(),
+                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 300
+        while (time.monotonic() < deadline and len(_records(results)) < at_least
+               and run.poll() is None):
+            time.sleep(0.2)
+        assert run.poll() is None, "the workflow ended before it could be stopped"
+        assert len(_records(results)) >= at_least, (workdir / "run.log").read_text()[-3000:]
+        os.killpg(run.pid, sig)  # Snakemake and the job it is running (the foreground group)
+        run.wait(timeout=120)
+    return _records(results)
 
-    if locked:  # what a user met before: Snakemake alone refuses the directory
-        refused = subprocess.run([*_snakemake(), "--cores", "1"], cwd=tmp_path, env=_env(),
-                                 capture_output=True, text=True, timeout=300)
-        assert refused.returncode != 0 and "--unlock" in refused.stdout + refused.stderr
 
-    # what `make reproduce` runs now
-    unlock = subprocess.run([sys.executable, str(UNLOCK), *_snakemake()], cwd=tmp_path,
+def _locked(workdir: Path) -> bool:
+    locks = workdir / ".snakemake" / "locks"
+    return locks.is_dir() and any(locks.iterdir())
+
+
+def _unlock(workdir: Path) -> str:
+    """The first step of `make reproduce`; returns what it said."""
+    unlock = subprocess.run([sys.executable, str(UNLOCK), *_snakemake()], cwd=workdir,
                             env=_env(), capture_output=True, text=True, timeout=300)
     assert unlock.returncode == 0, unlock.stderr
-    assert ("stale lock" in unlock.stderr) == locked, unlock.stderr
+    return unlock.stderr
+
+
+def _redone(before: dict[Path, int], after: dict[Path, int]) -> list[Path]:
+    """Records of ``before`` that ``after`` holds rewritten. With one core one job runs at a
+    time, and only the job cut off may run again (its record can be on disk before Snakemake
+    saw it end): at most one per stop."""
+    return [p for p in before if after[p] != before[p]]
+
+
+def test_a_workflow_interrupted_then_killed_resumes_and_rerun_noisy_forces_exactly_the_noisy(
+        tmp_path):
+    """One workflow folder through what happens to real runs, in order (each step would
+    otherwise pay for a whole run of its own):
+
+    1. Ctrl-C (SIGINT to the whole foreground group) while a point runs: Snakemake cleans up,
+       no lock is left and the unlock step says nothing;
+    2. the next `make reproduce` killed outright (SIGKILL: OOM killer, power loss) mid-point:
+       the lock stays; Snakemake alone refuses the directory (what users met before), the unlock
+       step drops the stale lock with a message, and the run finishes only the unfinished
+       points: every record parses, nothing finished is redone or lost;
+    3. `make rerun-noisy` (workflows/rerun_noisy.py): the records judged noisy (one marked here
+       by hand: the detector itself is tested below) run again, nothing else does, and a call
+       with none left finds nothing to do."""
+    results = _workflow_dir(tmp_path)
+
+    interrupted = _start_and_stop(tmp_path, results, 2, signal.SIGINT)
+    assert not _locked(tmp_path)  # Ctrl-C lets Snakemake clean up after itself
+    assert "stale lock" not in _unlock(tmp_path)
+
+    killed = _start_and_stop(tmp_path, results, len(interrupted) + 1, signal.SIGKILL)
+    assert len(_redone(interrupted, killed)) <= 1
+    assert _locked(tmp_path)
+    refused = subprocess.run([*_snakemake(), "--cores", "1"], cwd=tmp_path, env=_env(),
+                             capture_output=True, text=True, timeout=300)
+    assert refused.returncode != 0 and "--unlock" in refused.stdout + refused.stderr
+    assert "stale lock" in _unlock(tmp_path)
     again = subprocess.run([*_snakemake(), "--cores", "1"], cwd=tmp_path, env=_env(),
                            capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
-
-    after = _records(results)
-    assert len(after) == 6  # 3 systems x 2 lengths: the unfinished ones ran
-    # nothing finished was redone or lost: with one core one job runs at a time, and only the
-    # job cut off may run again (its record can be on disk before Snakemake saw it end)
-    redone = [p for p in finished if after[p] != finished[p]]
-    assert len(redone) <= 1, redone
-    for path in after:
+    before = _records(results)
+    assert len(before) == 6  # 3 systems x 2 lengths: the unfinished ones ran
+    assert len(_redone(killed, before)) <= 1
+    for path in before:
         assert read_record(path).status == Status.OK, path
     assert (tmp_path / "reports" / "index.html").stat().st_size > 0
+
+    # tiny points (3 samples) can be noisy on their own; mark one that is not, by hand
+    already = {p for p in before if read_record(p).timing["noise"]["noisy"]}
+    noisy = sorted(set(before) - already)[0]
+    raw = json.loads(noisy.read_text())
+    raw["timing"]["noise"] = {"noisy": True, "reasons": ["CV 0.30 > 0.15"],
+                              "thresholds": {"cv": 0.15, "other_cpus": 0.5}}
+    noisy.write_text(json.dumps(raw))
+    os.utime(noisy, ns=(before[noisy], before[noisy]))  # as it was: only the verdict differs
+    rerun = [sys.executable, str(ROOT / "workflows" / "rerun_noisy.py"), "config.yaml",
+             *_snakemake(), "--cores", "1"]
+    again = subprocess.run(rerun, cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                           timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"re-running {len(already) + 1} noisy point(s)" in again.stderr
+    after = _records(results)
+    assert {p for p in after if after[p] != before[p]} == already | {noisy}
+    assert "noise" in read_record(noisy).timing  # a fresh record with its own verdict
+    if not any(read_record(p).timing["noise"]["noisy"] for p in after):
+        done = subprocess.run(rerun, cwd=tmp_path, env=_env(), capture_output=True,
+                              text=True, timeout=600)
+        assert done.returncode == 0 and "nothing to re-run" in done.stderr
 
 
 def test_a_lock_held_by_a_live_run_is_left_alone(tmp_path):
@@ -270,22 +321,28 @@ def test_misbehaving_plugins_become_records_with_the_reason_and_the_report_escap
         plugin_path, tmp_path):
     """Each broken plugin ends as the right record, the sweep goes on (a good system runs after
     them), and nothing of theirs reaches the report's HTML unescaped."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from suite.analysis.tables import tidy_table
     from suite.report.render import render_report
     from conftest import report_section
 
-    outs = {}
-    for system in [*PLUGIN_FAULTS, "torch-eager"]:
-        section = {**SECTION, "timeout_s": 8} if system == "hang" else SECTION
-        out = tmp_path / "results" / system / "b2_l16.json"
-        limit = None
-        if system == "out-of-memory":  # the job's memory limit: 6 GiB of address space
-            def limit():
-                import resource
-                resource.setrlimit(resource.RLIMIT_AS, (6 * 2**30, 6 * 2**30))
-        done = _run_point(system, out, plugin_path, section, limit)
-        assert done.returncode == 0, done.stderr[-2000:]
-        outs[system] = out
+    def memory_limit():  # the job's memory limit: 6 GiB of address space
+        import resource
+        resource.setrlimit(resource.RLIMIT_AS, (6 * 2**30, 6 * 2**30))
+
+    outs = {system: tmp_path / "results" / system / "b2_l16.json"
+            for system in [*PLUGIN_FAULTS, "torch-eager"]}
+    # a preexec_fn is unsafe beside threads: that one runs first, alone; the rest two at a time
+    done = {"out-of-memory": _run_point("out-of-memory", outs["out-of-memory"], plugin_path,
+                                        SECTION, memory_limit)}
+    rest = [s for s in outs if s not in done]  # the good system last: the sweep went on
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        done |= dict(zip(rest, pool.map(lambda s: _run_point(
+            s, outs[s], plugin_path, {**SECTION, "timeout_s": 8} if s == "hang" else SECTION),
+            rest)))
+    for system, out in outs.items():
+        assert done[system].returncode == 0, done[system].stderr[-2000:]
         rec = read_record(out)  # every fault leaves a whole, valid record
         want_status, want_reason = PLUGIN_FAULTS.get(system, ("ok", ""))
         assert rec.status.value == want_status, (system, rec.reason)
@@ -595,35 +652,3 @@ def test_strings_from_another_machines_records_stay_data_in_the_figure_and_the_r
         assert "<script>alert" not in text and "<img src=x" not in text
         assert "<iframe>" not in text
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
-
-
-def test_rerun_noisy_forces_exactly_the_noisy_points(tmp_path):
-    """`make rerun-noisy` (workflows/rerun_noisy.py): after a full run, the records judged noisy
-    (one marked here by hand: the detector itself is tested above) run again, nothing else
-    does, and a call with none left finds nothing to do."""
-    results = _workflow_dir(tmp_path)
-    first = subprocess.run([*_snakemake(), "--cores", "1"], cwd=tmp_path, env=_env(),
-                           capture_output=True, text=True, timeout=600)
-    assert first.returncode == 0, first.stderr[-3000:]
-    before = _records(results)
-    # tiny points (3 samples) can be noisy on their own; mark one that is not, by hand
-    already = {p for p in before if read_record(p).timing["noise"]["noisy"]}
-    noisy = sorted(set(before) - already)[0]
-    raw = json.loads(noisy.read_text())
-    raw["timing"]["noise"] = {"noisy": True, "reasons": ["CV 0.30 > 0.15"],
-                              "thresholds": {"cv": 0.15, "other_cpus": 0.5}}
-    noisy.write_text(json.dumps(raw))
-    os.utime(noisy, ns=(before[noisy], before[noisy]))  # as it was: only the verdict differs
-    rerun = [sys.executable, str(ROOT / "workflows" / "rerun_noisy.py"), "config.yaml",
-             *_snakemake(), "--cores", "1"]
-    again = subprocess.run(rerun, cwd=tmp_path, env=_env(), capture_output=True, text=True,
-                           timeout=600)
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert f"re-running {len(already) + 1} noisy point(s)" in again.stderr
-    after = _records(results)
-    assert {p for p in after if after[p] != before[p]} == already | {noisy}
-    assert "noise" in read_record(noisy).timing  # a fresh record with its own verdict
-    if not any(read_record(p).timing["noise"]["noisy"] for p in after):
-        done = subprocess.run(rerun, cwd=tmp_path, env=_env(), capture_output=True,
-                              text=True, timeout=600)
-        assert done.returncode == 0 and "nothing to re-run" in done.stderr
