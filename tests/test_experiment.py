@@ -121,3 +121,27 @@ def test_a_dying_job_leaves_a_failed_record(tmp_path, code, expected):
     assert rec.status is Status.FAILED and expected in rec.reason
     if "boom" in code:
         assert "boom" in rec.reason  # the last lines of output come with the reason
+
+
+def test_a_failed_record_the_job_wrote_before_exiting_1_is_kept(tmp_path):
+    """What an LLM run's rank 0 does after a peer died: records the cause, exits 1 (so torchrun
+    stops at once). The supervisor keeps that reason; an ok record followed by a non-zero
+    exit, or half a record, is still replaced."""
+    from suite.records import write_record
+
+    out = tmp_path / "r.json"
+    write = ("import sys; from pathlib import Path; from suite.records import Record, Status, "
+             "write_record; write_record(Record('llm_mfu', 'ddp', {}, {}, Status[sys.argv[2]], "
+             "sys.argv[3]), Path(sys.argv[1])); sys.exit(1)")
+    for status, reason, kept in (("FAILED", "Connection reset by peer", True),
+                                 ("OK", "", False)):
+        run_isolated([sys.executable, "-c", write, str(out), status, reason], out,
+                     failed_factory, timeout_s=60)
+        rec = read_record(out)
+        assert rec.status is Status.FAILED
+        assert (rec.reason == reason) == kept, rec.reason
+        assert ("exited with code 1" in rec.reason) != kept
+    write_record(failed_factory("old"), out)
+    run_isolated([sys.executable, "-c", f"open({str(out)!r}, 'w').write('{{\"half'); "
+                  "raise SystemExit(1)"], out, failed_factory, timeout_s=60)
+    assert "exited with code 1" in read_record(out).reason
