@@ -44,7 +44,10 @@ iteration time and MFU. What a paper leaves unsaid is an assumption, declared he
 
 Calibration (``CALIBRATION``): per system, the two runs with the fewest GPUs of its first
 dataset (for the MegaScale systems: the smallest GPU count of each Table 2 batch size), declared
-with the model before its predictions were compared; every other run is a prediction.
+with the model before its predictions were compared; every other run is a prediction. The
+MegaScale pairs are one model at two scales and fit both numbers; the Narayanan and H100 pairs
+are two models, which fit the efficiency alone (``fit_system``; until the second round the
+Narayanan pair also fitted a straggler, from the 1.7B/3.6B difference).
 """
 
 from __future__ import annotations

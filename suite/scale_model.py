@@ -78,7 +78,9 @@ The terms the earlier version lacked, each switchable (``Terms``), none fitted p
 
 Fitted, per system: ``gemm_efficiency`` and ``straggler`` (two numbers, ``fit_system``), from
 the rows each system declares (``suite.scale_datasets.CALIBRATION``); no other row is read by
-the fit. What each published run was (model, layout, overlaps) is in ``suite.scale_datasets``.
+the fit. The straggler is fitted only from a scaling pair (one model and layout at two DP
+sizes); two different models leave it at 0, since their difference is not only scale.
+What each published run was (model, layout, overlaps) is in ``suite.scale_datasets``.
 
 Hardware presets (``HARDWARE``), datasheet values: A100 SXM 80GB: bf16 312 TFLOP/s, HBM
 2.0 TB/s, 108 SMs, NVLink 3 300 GB/s per direction; H100 SXM: 989 TFLOP/s, 3.35 TB/s, 132 SMs,
@@ -562,14 +564,17 @@ def fit_system(rows: list[tuple[ModelConfig, Layout, float]], hw: Hardware,
                terms: Terms = ALL_TERMS) -> tuple[float, float]:
     """(gemm_efficiency, straggler) fitted to one or two rows (model, layout, iteration time).
 
-    Two rows at different node counts: the pair that reproduces both exactly. Where that
-    needs a negative straggler (the larger run relatively faster than the model allows), the
-    straggler is 0 and the efficiency the one that minimises the rows' squared relative
-    errors. One row, or the straggler term off: the efficiency alone.
+    Two rows of one model and layout at different node counts (a scaling pair: only DP and
+    the batch differ): the pair that reproduces both exactly. Where that needs a negative
+    straggler (the larger run relatively faster than the model allows), the straggler is 0 and
+    the efficiency the one that minimises the rows' squared relative errors. Rows of two
+    models or layouts cannot tell a straggler from whatever else differs between them (a
+    TP split, a GEMM shape), so they fit the efficiency alone, as one row or the straggler term
+    off do.
     """
     if not 1 <= len(rows) <= 2:
         raise ValueError(f"{len(rows)} calibration rows: a system fits one or two")
-    if len(rows) == 1 or not terms.straggler:
+    if len(rows) == 1 or not terms.straggler or not is_scaling_pair(rows[0][:2], rows[1][:2]):
         return _least_squares_efficiency(rows, replace(hw, straggler=0.0), terms), 0.0
     from scipy.optimize import brentq
 
@@ -592,6 +597,15 @@ def fit_system(rows: list[tuple[ModelConfig, Layout, float]], hw: Hardware,
             raise ValueError("no straggler constant up to 16 fits the calibration rows")
     sigma = brentq(mismatch, 0.0, hi, xtol=1e-12)
     return fit_efficiency(m1, replace(hw, straggler=sigma), l1, t1, terms), sigma
+
+
+def is_scaling_pair(a: tuple[ModelConfig, Layout], b: tuple[ModelConfig, Layout]) -> bool:
+    """Whether two (model, layout) differ only in scale: the same model and layout but for DP
+    and the global batch, at different DP."""
+    (model_a, lay_a), (model_b, lay_b) = a, b
+    return (model_a == model_b and lay_a.dp != lay_b.dp
+            and replace(lay_a, dp=1, global_batch=lay_a.micro_batch)
+            == replace(lay_b, dp=1, global_batch=lay_b.micro_batch))
 
 
 def _least_squares_efficiency(rows: list[tuple[ModelConfig, Layout, float]], hw: Hardware,

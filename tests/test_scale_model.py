@@ -35,6 +35,7 @@ from suite.scale_model import (
     estimate,
     fit_efficiency,
     fit_system,
+    is_scaling_pair,
     pp_bytes_per_microbatch,
     ring_latency,
     tp_bytes_per_microbatch,
@@ -284,6 +285,15 @@ def test_fits_reproduce_their_rows():
             for lay in (small, large)]
     eff, sigma = fit_system(rows, A100_CLUSTER)
     assert (eff, sigma) == (pytest.approx(0.62), pytest.approx(0.04))
+    # two models (or layouts) are not a scaling pair: their difference is not only scale,
+    # so the straggler stays 0 whatever their times say
+    other = ModelConfig(layers=48, hidden=8192, heads=64, seq_len=2048, vocab=64000)
+    assert is_scaling_pair(rows[0][:2], rows[1][:2])
+    assert not is_scaling_pair((GPT_175B, small), (other, large))
+    assert not is_scaling_pair((GPT_175B, small), (GPT_175B, replace(large, tp=4, dp=96)))
+    assert not is_scaling_pair((GPT_175B, small), (GPT_175B, replace(small, global_batch=384)))
+    mixed = [rows[0], (other, large, estimate(other, truth, large).iteration_time_s)]
+    assert fit_system(mixed, A100_CLUSTER)[1] == 0
     # a larger run relatively faster than no straggler allows: straggler 0, least squares
     rows[1] = (rows[1][0], rows[1][1], rows[1][2] * 0.8)
     eff, sigma = fit_system(rows, A100_CLUSTER)
@@ -356,16 +366,17 @@ def test_each_system_is_fitted_on_its_declared_runs_only(runs, predictions):
 def test_prediction_errors(predictions):
     """Held-out errors as of writing (see the closing notes of issue 14 for the full table):
     MegaScale Table 2 iteration time mean |error| 3.3% (Megatron-LM) and 1.4% (MegaScale),
-    max 5.3% and 3.0%; Figure 9 MFU within 1.2 and 1.6 points; Narayanan 2021 5.8% mean
-    (fp16 gradients); Megatron README H100 8.9% mean (12% before the DP NIC sharing and the
-    interleaving of its PP runs), signed +6.1%. Bounds with a margin guard against regressions.
+    max 5.3% and 3.0%; Figure 9 MFU within 1.2 and 1.6 points; Narayanan 2021 3.0% mean
+    (5.8% while its straggler was fitted from two different models); Megatron README H100 8.9%
+    mean (12% before the DP NIC sharing and the interleaving of its PP runs), signed +6.1%.
+    Bounds with a margin guard against regressions.
     """
     s = summarize(predictions).set_index(["dataset", "system"])
     t2 = s.loc["megascale_table2"]
     assert (t2.time_mean_abs_pct < 4).all() and (t2.time_max_abs_pct < 8).all()
     assert (t2.time_mean_signed_pct.abs() < 2.5).all()
     assert (s.loc["megascale_fig9"].mfu_mean_abs_points < 3).all()
-    assert s.loc["narayanan2021"].time_mean_abs_pct.iloc[0] < 7
+    assert s.loc["narayanan2021"].time_mean_abs_pct.iloc[0] < 4
     h100 = s.loc["megatron_h100"].iloc[0]
     assert h100.time_mean_abs_pct < 10 and abs(h100.time_mean_signed_pct) < 8
     assert set(predictions.columns) >= {"compute_s", "bubble_s", "tp_exposed_s",
