@@ -292,7 +292,6 @@ def _run(args: argparse.Namespace) -> int:
         child += ["--subject", args.subject]
     if args.peak:
         child += ["--peak", str(args.peak)]
-    args.out.unlink(missing_ok=True)
     run_isolated([sys.executable, "-m", "suite.cli", *child], args.out, failed, cfg.timeout_s)
     return 0
 

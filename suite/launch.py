@@ -48,6 +48,8 @@ def run_isolated(cmd: list[str], out: Path, failed: Callable[[str], Record] | No
     rendezvous, not the node rank, decides where global rank 0 runs). ``env``: the child's
     environment (default: this process's)."""
     tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+    if failed is not None:  # so that a record on disk afterwards is this run's
+        out.unlink(missing_ok=True)
     # Its own process group: a launcher's workers (torchrun) are killed with it on a timeout.
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, errors="replace",
                             start_new_session=True, env=env)

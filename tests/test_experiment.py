@@ -141,7 +141,11 @@ def test_a_failed_record_the_job_wrote_before_exiting_1_is_kept(tmp_path):
         assert rec.status is Status.FAILED
         assert (rec.reason == reason) == kept, rec.reason
         assert ("exited with code 1" in rec.reason) != kept
-    write_record(failed_factory("old"), out)
     run_isolated([sys.executable, "-c", f"open({str(out)!r}, 'w').write('{{\"half'); "
                   "raise SystemExit(1)"], out, failed_factory, timeout_s=60)
     assert "exited with code 1" in read_record(out).reason
+    # a failed record of an earlier run is not this run's: a crash without a record replaces it
+    write_record(failed_factory("an earlier run's reason"), out)
+    run_isolated([sys.executable, "-c", "raise SystemExit(3)"], out, failed_factory,
+                 timeout_s=60)
+    assert "exited with code 3" in read_record(out).reason
