@@ -21,9 +21,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-# A point is noisy when its samples' CV exceeds NOISY_CV (quiet runs of this suite's points stay
-# well under it; points taken beside a busy process measured 0.18-0.39), or when processes
-# outside its session used more than NOISY_OTHER_CPUS CPUs on average while it was timed.
+# A point is noisy when its samples' CV exceeds NOISY_CV (quiet runs of this suite's points on a
+# steady machine stay well under it; points taken beside a busy process measured 0.18-0.39, and
+# so did quiet ones on a shared VM whose host was busy, which no guest process shows), or when
+# processes outside its session used more than NOISY_OTHER_CPUS CPUs on average while it was
+# timed.
 NOISY_CV = 0.15
 NOISY_OTHER_CPUS = 0.5
 # Processes that used at least this many CPUs during the timing are named in the record.
