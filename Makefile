@@ -104,8 +104,14 @@ slurm:
 		|| echo "local SLURM could not be installed: the SLURM tests will skip"; \
 	else echo "not root: the SLURM tests skip unless SLURM is installed"; fi
 
+# The tests on TEST_WORKERS processes (pytest-xdist), then the `serial` ones alone: they judge
+# the machine's load while they time. Exit status 5 (PYTEST_ARGS selected none there) is no error.
+TEST_WORKERS ?= 2
+PYTEST_OK = s=$$?; [ $$s = 0 ] || [ $$s = 5 ] || exit $$s
 test: $(STAMP) browser slurm
-	$(RUN) $(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(RUN) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not serial" \
+		$(PYTEST_ARGS); $(PYTEST_OK)
+	$(RUN) $(BIN)/python -m pytest -m serial $(PYTEST_ARGS); $(PYTEST_OK)
 
 test-cluster: $(STAMP) slurm
 	$(RUN) $(BIN)/python -m pytest -m cluster -s $(PYTEST_ARGS)

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from suite.ports import free_port
 from suite.records import Record, Status, clip, read_record, write_record
 from suite.trainers import registry as trainers
 
@@ -120,13 +121,14 @@ def command(trainer: str | Trainer, nprocs: int, args: Sequence[str], *, nnodes:
       on every node). ``join_timeout_s``: how long the rendezvous waits for every node
       (``--rdzv-conf join_timeout=``, torchrun's default 600 s).
     - ``deepspeed`` (the ZeRO engines): ``deepspeed --num_gpus N --num_nodes M --no_local_rank
-      --module ...``; multi-node adds ``--hostfile H --master_addr HOST --master_port PORT``
-      (from ``rdzv_endpoint``), and DeepSpeed's runner starts the other nodes itself over ssh,
-      so this command runs on node 0 only. ``--no_local_rank``: the rank comes from the
-      environment, not a ``--local_rank`` argument. Tested on CPU too (gloo; ``--num_gpus``
-      then just counts processes). ``launcher="torchrun"`` also works for the ZeRO engines:
-      they only need the process group, which the run builds from either launcher's
-      environment.
+      --module ...``; one node adds ``--master_port`` a free port (as torchrun's
+      ``--standalone`` picks one); multi-node adds ``--hostfile H --master_addr HOST
+      --master_port PORT`` (from ``rdzv_endpoint``), and DeepSpeed's runner starts the other
+      nodes itself over ssh, so this command runs on node 0 only. ``--no_local_rank``: the
+      rank comes from the environment, not a ``--local_rank`` argument. Tested on CPU too
+      (gloo; ``--num_gpus`` then just counts processes). ``launcher="torchrun"`` also works
+      for the ZeRO engines: they only need the process group, which the run builds from
+      either launcher's environment.
     """
     engine = trainers.create(trainer) if isinstance(trainer, str) else trainer
     for label, value in (("nprocs", nprocs), ("nnodes", nnodes)):
@@ -155,7 +157,9 @@ def command(trainer: str | Trainer, nprocs: int, args: Sequence[str], *, nnodes:
             raise FileNotFoundError("the deepspeed launcher is not installed (pip install "
                                     "deepspeed)")
         cmd = [ds, "--num_gpus", str(nprocs), "--num_nodes", str(nnodes)]
-        if nnodes > 1:
+        if nnodes == 1:  # its default 29500 would collide with any other run on this host
+            cmd += ["--master_port", str(free_port())]
+        else:
             if not hostfile:
                 raise ValueError(f"deepspeed with nnodes={nnodes} needs a hostfile "
                                  f"('host slots=N' per line)")

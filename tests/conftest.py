@@ -11,6 +11,33 @@ import pytest
 
 from suite.config import BertVarlenConfig
 
+# Longest first, so that pytest-xdist (make test) does not start the end-to-end workflow last
+# while the other worker idles: the markers of pyproject.toml, in this order, then the rest.
+FIRST = ("slow", "cluster", "faults")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Order the tests for pytest-xdist and keep its workers out of each other's way:
+
+    - ``cluster`` tests share one local SLURM and the network namespaces they create: one
+      worker runs them all (``--dist loadgroup``);
+    - ``serial`` tests judge the machine's load while they time; beside another worker they
+      would see its processes. Under xdist they are skipped with that reason (make test
+      deselects them there and runs them alone afterwards)."""
+    def rank(item):
+        return next((i for i, m in enumerate(FIRST) if item.get_closest_marker(m)), len(FIRST))
+
+    items.sort(key=rank)  # stable: file order within each rank
+    parallel = hasattr(config, "workerinput")  # this process is an xdist worker
+    for item in items:
+        if item.get_closest_marker("cluster"):
+            item.add_marker(pytest.mark.xdist_group("cluster"))
+        if parallel and item.get_closest_marker("serial"):
+            item.add_marker(pytest.mark.skip(
+                reason="times against the machine's load: run it without -n (make test runs "
+                       "the serial tests alone after the parallel ones)"))
+
+
 @pytest.fixture(scope="module")
 def one_thread():
     """Tiny GEMMs gain nothing from threads; on a loaded 2-core machine they only slow down.

@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ import yaml
 from suite.cluster import (Allocation, AllocationError, multi_node_allocation, slurm_allocation,
                            srun_environment)
 from suite.launch import command
+from suite.ports import free_port
 from suite.records import Status, read_record
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,12 +48,6 @@ def _local_slurm():
 
 
 local_slurm = _local_slurm()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -355,7 +349,7 @@ def test_two_nodes_train_like_one_process(trainer, two_nodes, tmp_path):
     and the step time is printed beside the same run on one node."""
     out = tmp_path / "two.json"
     start = time.monotonic()
-    logs = _finish(_start_nodes(two_nodes, out, _free_port(), trainer=trainer), 240)
+    logs = _finish(_start_nodes(two_nodes, out, free_port(), trainer=trainer), 240)
     record = read_record(out)
     assert record.status == Status.OK, record.reason + "\n" + "\n".join(logs)[-4000:]
     assert record.point["world_size"] == 2 and record.workload["nodes"] == 2
@@ -377,7 +371,7 @@ def test_a_rendezvous_nobody_answers_fails_within_the_timeout(two_nodes, tmp_pat
     timeout, not a hang."""
     out = tmp_path / "lonely.json"
     argv = _train_cmd(out, "--nprocs", "1", "--nnodes", "2", "--node-rank", "0",
-                      "--rdzv-endpoint", f"{two_nodes.host(1)}:{_free_port()}", timeout=20)
+                      "--rdzv-endpoint", f"{two_nodes.host(1)}:{free_port()}", timeout=20)
     start = time.monotonic()
     subprocess.run(two_nodes.on(0, argv), env=_env(), timeout=120, capture_output=True)
     took = time.monotonic() - start
@@ -394,7 +388,7 @@ def test_a_node_dying_mid_run_fails_the_run_and_keeps_finished_records(two_nodes
     kept = tmp_path / "finished.json"
     kept.write_text('{"kept": true}')
     out = tmp_path / "dies.json"
-    procs = _start_nodes(two_nodes, out, _free_port(),
+    procs = _start_nodes(two_nodes, out, free_port(),
                          train={**TRAIN, "steps": 5000, "timeout_s": 20}, timeout=120)
     steplog = out.with_suffix(".steps.jsonl")
     deadline = time.monotonic() + 120
@@ -470,7 +464,8 @@ CRASH = ["sh", "-c", "echo 'simulated crash of an external program' >&2; exit 3"
 def _slurm_config(nnodes: int) -> dict:
     return {
         "machine": "slurm-test",
-        "peak": {"dtypes": ["fp32"], "sizes": [64], "repeats": 1},
+        "peak": {"dtypes": ["fp32"], "sizes": [64], "repeats": 1,
+                 "libraries": ["torch.matmul", "numpy"]},
         "bert_varlen": {
             "baselines": ["torch-eager", "reference", "external-crash"],
             "external": {"crash": {"command": CRASH}},

@@ -153,3 +153,15 @@ def test_the_fixed_length_control_may_run_a_subset_of_the_frameworks():
         BertVarlenConfig.from_dict({**base, "fixed_length": {"baselines": ["onnxruntime"]}})
     with pytest.raises(ConfigError, match=r"include the padded_baseline 'torch-eager'"):
         BertVarlenConfig.from_dict({**base, "fixed_length": {"baselines": ["reference"]}})
+
+
+def test_peak_libraries_are_the_ones_seedbench_peak_measures():
+    from suite.config import schema
+    from suite.peak.libraries import LIBRARIES
+
+    enum = schema()["properties"]["peak"]["properties"]["libraries"]["items"]["enum"]
+    assert enum == list(LIBRARIES)
+    assert "libraries" not in validate({})["peak"]  # default: every library of the device
+    assert validate({"peak": {"libraries": ["numpy"]}})["peak"]["libraries"] == ["numpy"]
+    with pytest.raises(ConfigError, match="peak.libraries.0: 'mkl'"):
+        validate({"peak": {"libraries": ["mkl"]}})

@@ -39,7 +39,8 @@ pytestmark = pytest.mark.faults
 
 CONFIG = {
     "machine": "faults",
-    "peak": {"dtypes": ["fp32"], "sizes": [64], "repeats": 1},
+    "peak": {"dtypes": ["fp32"], "sizes": [64], "repeats": 1,
+             "libraries": ["torch.matmul", "numpy"]},
     "bert_varlen": {
         "baselines": ["torch-eager", "reference", "torch-nested"],
         "model": {"layers": 1, "hidden": 32, "heads": 4, "intermediate": 64, "vocab_size": 100},
@@ -491,6 +492,7 @@ def test_records_of_two_configs_in_one_folder_are_never_paired(tmp_path):
 # --- noise ------------------------------------------------------------------------------------
 
 
+@pytest.mark.serial
 def test_a_point_timed_beside_a_cpu_hog_is_marked_noisy_and_listed_for_a_rerun(
         plugin_path, tmp_path, capsys):
     """The same point timed on a quiet machine and beside a busy-loop process: the second is

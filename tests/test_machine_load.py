@@ -4,6 +4,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from suite.machine_load import NOISY_CV, NOISY_OTHER_CPUS, noise_columns, verdict, watched
 
 BUSY = [sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 1.5: pass"]
@@ -22,6 +24,7 @@ def test_verdict_names_each_threshold_crossed():
     assert noise_columns({"noise": v}) == {"noisy": True, "noise_reason": v["reasons"][0]}
 
 
+@pytest.mark.serial
 def test_work_of_the_timed_session_is_not_counted_but_another_session_is():
     """The timed process's own children and ranks share its session and are part of the
     measurement; a process of another session is the machine being busy."""
@@ -41,6 +44,7 @@ def test_work_of_the_timed_session_is_not_counted_but_another_session_is():
     assert set(own["before"]) == {"loadavg", "cpu_mhz", "governor"}
 
 
+@pytest.mark.serial
 def test_a_launchers_other_ranks_are_the_runs_own_work():
     """torchrun starts each rank in a session of its own: with ``family_of`` the launcher's
     pid, a busy sibling rank is not "another program"; without it, it is."""

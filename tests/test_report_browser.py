@@ -8,7 +8,6 @@ import base64
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 import urllib.request
@@ -18,6 +17,7 @@ import pytest
 from conftest import report_section
 
 from suite.analysis.tables import tidy_table
+from suite.ports import free_port
 from suite.records import Record, Status, write_record
 from suite.report.render import render_report
 from suite.env import REPO_ROOT
@@ -41,12 +41,6 @@ const labels = [...document.querySelectorAll('figure')].map(f =>
 return {figures, links, missing: links.filter(h => !ids.has(h.slice(1))), outside, labels,
         fetched: performance.getEntriesByType('resource').map(e => e.name)};
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _call(base: str, method: str, path: str, body=None):
@@ -81,7 +75,7 @@ def _report(tmp_path: Path) -> Path:
 
 def test_the_report_in_a_browser(tmp_path):
     html = _report(tmp_path)
-    port = _free_port()
+    port = free_port()
     driver = subprocess.Popen([DRIVER, f"--port={port}"], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"

@@ -174,8 +174,9 @@ def test_command_builder():
     # DeepSpeed's own launcher for the ZeRO engines (torchrun on request)
     ds = command("zero2", 8, args, python=py)
     assert Path(ds[0]).name == "deepspeed"
-    assert ds[1:] == ["--num_gpus", "8", "--num_nodes", "1", "--no_local_rank", "--module",
-                      launch.MODULE, *args]
+    assert ds[1:5] == ["--num_gpus", "8", "--num_nodes", "1"]
+    assert ds[5:] == ["--master_port", ds[6], "--no_local_rank", "--module", launch.MODULE, *args]
+    assert 0 < int(ds[6]) < 65536  # a free port: two runs on one host must not share 29500
     assert "--standalone" in command("zero2", 2, args, launcher="torchrun", python=py)
     with pytest.raises(ValueError, match="cannot run under launcher='single'"):
         command("zero2", 1, args, launcher="single")

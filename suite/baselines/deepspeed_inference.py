@@ -22,7 +22,6 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import socket
 import time
 from datetime import timedelta
 from typing import Any
@@ -32,14 +31,9 @@ import torch
 from suite.baselines.torch_hf import TorchEager
 from suite.devices import DTYPE_NAMES, torch_dtype
 from suite.models import hf_inputs
+from suite.ports import free_port
 from suite.workloads import BertBatch
 
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def single_rank_env() -> dict[str, str]:
@@ -47,7 +41,7 @@ def single_rank_env() -> dict[str, str]:
     wanted = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}
     set_here = {k: v for k, v in wanted.items() if k not in os.environ}
     if "MASTER_PORT" not in os.environ:
-        set_here["MASTER_PORT"] = str(_free_port())
+        set_here["MASTER_PORT"] = str(free_port())
     os.environ.update(set_here)
     return set_here
 

@@ -54,7 +54,6 @@ import json
 import math
 import os
 import resource
-import socket
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -73,6 +72,7 @@ from suite.launch import MODULE
 from suite.machine_load import watched, with_noise
 from suite.mfu import FlopCount, MfuFigure, mfu_figure
 from suite.peak.schema import describe, efficiency, read_peak
+from suite.ports import free_port
 from suite.records import (Record, Status, Unavailable, failed_record, new_record, outcome,
                            write_record)
 from suite.stats import summarize
@@ -156,7 +156,7 @@ def init_distributed(cfg: TrainConfig, trainer: Trainer) -> tuple[DistInfo, bool
     if "MASTER_ADDR" in os.environ and "RANK" in os.environ:
         tdist.init_process_group(backend, timeout=timeout)
     else:  # no launcher: a one-rank group on a free local port
-        tdist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{_free_port()}",
+        tdist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{free_port()}",
                                  rank=0, world_size=1, timeout=timeout)
         # DeepSpeed reads the launcher's variables even when the group exists
         for k, v in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}.items():
@@ -165,12 +165,6 @@ def init_distributed(cfg: TrainConfig, trainer: Trainer) -> tuple[DistInfo, bool
                 env_set.append(k)
     return (DistInfo(tdist.get_rank(), tdist.get_world_size(), local, device, backend), True,
             env_set)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _broadcast(obj: Any, dist: DistInfo) -> Any:

@@ -10,7 +10,9 @@ rule peak:
         dtypes=" ".join(config["peak"]["dtypes"]),
         sizes=" ".join(str(s) for s in config["peak"]["sizes"]),
         repeats=config["peak"]["repeats"],
+        libraries=" ".join(["--libraries", *config["peak"]["libraries"]]
+                           if "libraries" in config["peak"] else []),
     threads: TIMED_THREADS
     shell:
         "seedbench peak --dtypes {params.dtypes} --sizes {params.sizes}"
-        " --repeats {params.repeats} --out {output} 2> {log}"
+        " --repeats {params.repeats} {params.libraries} --out {output} 2> {log}"
