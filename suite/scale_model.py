@@ -20,6 +20,8 @@ One slot is one micro-batch through one pipeline stage (forward + backward) on o
             recompute. Without flash attention the b*(a/tp)*s^2 attention
             scores are written and read too: 13 bytes per score forward (scores, softmax,
             dropout + mask, the AV GEMM's read), 23 backward; recompute repeats the 13.
+  loss      the last stage's cross entropy over its b*s*V/tp logits in fp32 (the loss term
+            below): 52 bytes per logit at HBM bandwidth.
   TP        4 collectives of b*s*h activations per layer (6 with full recompute: the recomputed
             forward repeats its 2), ring bytes 2(t-1)/t each, over NVLink; sequence parallelism
             turns each all-reduce into a reduce-scatter + all-gather: the same ring bytes
@@ -74,7 +76,20 @@ The terms the earlier version lacked, each switchable (``Terms``), none fitted p
   of the tiles run. With it on, the 530B GEMMs of Figure 9 come out 9% more efficient than the
   175B ones the efficiency is fitted on, and Figure 9's MFU is over-predicted by 4-8 points:
   cuBLAS picks other tiles (and split-K) than this one shape, so the term stays off;
-- memory, optimizer: the element-wise and optimizer HBM traffic above.
+- memory, optimizer: the element-wise and optimizer HBM traffic above;
+- loss: Megatron's vocab-parallel cross entropy (megatron/core/tensor_parallel/
+  cross_entropy.py in core_r0.8.0; megatron/mpu/cross_entropy.py in the 2021 code, the same
+  steps) is unfused: it casts the logits to fp32 (read 2 bytes, write 4), takes the max (read
+  4), subtracts it in place (8), exponentiates in place (8), sums (4) and divides in place (8):
+  38 bytes per logit forward; backward scales the saved softmax by the incoming gradient in
+  place (8) and autograd casts the fp32 gradient back to the logits' 2 bytes (6): 14. Per
+  micro-batch that is 52 b*s*V/tp bytes on the last stage, which 1F1B paces every stage at
+  (spread over the stages, as its FLOPs are, with stage_imbalance off). It matters where V/tp
+  is large against the layer work: the README's 1.7B on H100 (V = 131072 at TP 1) spends about
+  8% of its time there; 175B at TP 8 well under 1%. Added in the third round, after the
+  second's held-out errors (the 2021 and r0.8 cross-entropy code was read then); nothing in
+  it is fitted. core_r0.8.0 has --cross-entropy-loss-fusion (off unless given; the README does
+  not list it), which would cut these bytes; the model assumes the default;
 
 Fitted, per system: ``gemm_efficiency`` and ``straggler`` (two numbers, ``fit_system``), from
 the rows each system declares (``suite.scale_datasets.CALIBRATION``); no other row is read by
@@ -108,6 +123,10 @@ ELEMENTWISE_FWD, ELEMENTWISE_BWD = 14, 28
 # reads 4h and writes 4h; the backward reads the incoming gradient and the saved input and
 # writes the gradient: 12.
 GELU_FWD, GELU_BWD = 8, 12
+# Megatron's unfused vocab-parallel cross entropy, bytes per logit (b x s x V/tp, fp32 math):
+# forward cast to fp32 (2 + 4), max (4), in-place subtract (8), exp (8), sum (4), divide (8);
+# backward the in-place scale by the loss gradient (8) and the cast back to 2 bytes (4 + 2).
+LOSS_FWD, LOSS_BWD = 38, 14
 # Bytes per attention-score element (b x heads x s x s, 2-byte activations) when the scores are
 # materialized (no flash attention): forward writes the scores, the fused softmax reads them and
 # writes probabilities, dropout reads and writes them (+ a 1-byte mask), the AV GEMM reads
@@ -257,6 +276,7 @@ class Terms:
     gemm_size: bool = False
     stage_imbalance: bool = True
     memory: bool = True
+    loss: bool = True
     optimizer: bool = True
 
     @classmethod
@@ -451,6 +471,13 @@ def elementwise_bytes_per_microbatch(model: ModelConfig, layout: Layout) -> floa
     return activations + scores
 
 
+def loss_bytes_per_microbatch(model: ModelConfig, layout: Layout) -> float:
+    """HBM bytes of the cross entropy on the last stage per micro-batch on one GPU: its
+    b*s*V/tp logits (the output layer is vocab-parallel over TP) at 52 bytes each."""
+    logits = layout.micro_batch * model.seq_len * model.vocab / layout.tp
+    return (LOSS_FWD + LOSS_BWD) * logits
+
+
 @dataclass(frozen=True)
 class _Parts:
     """Per-GPU times: one slot's parts, and the once-per-iteration ones."""
@@ -478,6 +505,9 @@ def _parts(model: ModelConfig, hw: Hardware, layout: Layout, terms: Terms) -> _P
     gemm = flops / (hw.peak_flops * q)
     memory = (elementwise_bytes_per_microbatch(model, layout) / hw.hbm_bw
               if terms.memory else 0.0)
+    if terms.loss:  # on the last stage, the slowest; spread over the stages without imbalance
+        spread = 1 if terms.stage_imbalance else layout.pp
+        memory += loss_bytes_per_microbatch(model, layout) / spread / hw.hbm_bw
     tp = tp_bytes_per_microbatch(model, layout) / hw.nvlink_bw
     if terms.latency and layout.tp > 1:
         tp += (tp_collectives_per_layer(layout) * layers
