@@ -127,9 +127,9 @@ def test_a_workflow_interrupted_then_killed_resumes_and_rerun_noisy_forces_exact
        the lock stays; Snakemake alone refuses the directory (what users met before), the unlock
        step drops the stale lock with a message, and the run finishes only the unfinished
        points: every record parses, nothing finished is redone or lost;
-    3. `make rerun-noisy` (workflows/rerun_noisy.py): the records judged noisy (one marked here
-       by hand: the detector itself is tested below) run again, nothing else does, and a call
-       with none left finds nothing to do."""
+    3. `make rerun-noisy` (workflows/rerun_noisy.py): the records judged noisy (every verdict
+       set here by hand, two noisy: the detector itself is tested below) run again, nothing
+       else does, and a call with none left finds nothing to do."""
     results = _workflow_dir(tmp_path)
 
     interrupted = _start_and_stop(tmp_path, results, 2, signal.SIGINT)
