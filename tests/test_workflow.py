@@ -149,7 +149,7 @@ def test_bad_config_stops_before_any_job(workdir):
 
 
 @pytest.mark.slow
-def test_workflow_end_to_end(workdir):
+def test_workflow_end_to_end(workdir, monkeypatch):
     baselines = ["torch-eager", "reference", "raising", "segfaulting", "absent",
                  "example-per-sequence", "external-launcher"]
     config = tiny_config(baselines)
@@ -287,6 +287,21 @@ def test_workflow_end_to_end(workdir):
     assert {p: p.stat().st_mtime_ns for p in results.rglob("*.json")} == mtimes
     assert (workdir / "reports" / "index.html").stat().st_mtime_ns == html_mtime
 
+    # a new version of the suite (another source digest): every table, figure, analysis and
+    # the report are built again from the same records; nothing is measured again
+    from suite import source_digest
+
+    monkeypatch.setattr(source_digest, "digest", lambda: "another-version")
+    derived = [results / "llm_scale" / "table.csv", results / "bert_varlen" / "table.csv",
+               results / "figures" / "vwn_scaling.svg", results / "pma_merging" / "analysis.json",
+               workdir / "reports" / "index.html"]
+    built = {p: p.stat().st_mtime_ns for p in derived}
+    run_workflow(workdir, config)
+    assert all(p.stat().st_mtime_ns != built[p] for p in derived), derived
+    assert {p: p.stat().st_mtime_ns for p in results.rglob("*.json")
+            if p.name != "analysis.json"} == {p: m for p, m in mtimes.items()
+                                               if p.name != "analysis.json"}
+
     check_published_machine(workdir, config, results)
 
 
@@ -359,3 +374,31 @@ def test_profiles_name_real_rules(profile):
         assert named <= rules, (f"{profile}/config.yaml {key} names rule(s) "
                                 f"{sorted(named - rules)} that the workflow lacks; rules: "
                                 f"{sorted(rules)}")
+
+
+def test_the_source_digest_follows_every_source_file(tmp_path, monkeypatch):
+    """What the derived rules carry: it changes with any code, template or data file of the
+    package, and with nothing else."""
+    from suite import source_digest
+
+    (tmp_path / "report" / "templates").mkdir(parents=True)
+    files = {"a.py": "x = 1\n", "report/templates/t.j2": "{{ x }}", "data/s.yaml": "k: 1\n"}
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    monkeypatch.setattr(source_digest, "PACKAGE", tmp_path)
+    first = source_digest.digest()
+    assert source_digest.digest() == first and len(first) == 16
+    (tmp_path / "notes.txt").write_text("not source")
+    (tmp_path / "__pycache__").mkdir()
+    (tmp_path / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"\0")
+    assert source_digest.digest() == first
+    for name in files:
+        path = tmp_path / name
+        text = path.read_text()
+        path.write_text(text + " ")
+        assert source_digest.digest() != first, name
+        path.write_text(text)
+    assert source_digest.digest() == first
+    (tmp_path / "a.py").rename(tmp_path / "b.py")  # a moved file is a change too
+    assert source_digest.digest() != first

@@ -16,6 +16,7 @@ from suite import machine_results
 from suite.experiments import llm_plan, pretrain_plan
 from suite.experiments import registry as experiments
 from suite.experiments.plan import jobs, speedup_baseline
+from suite.source_digest import digest as source_digest
 from suite.trainers import registry as trainer_registry
 
 
@@ -36,6 +37,9 @@ REPORT_ONLY = config["report_only"]
 # --cores is given (--report, --lint), where the value does not matter.
 TIMED_THREADS = workflow._cores or 1
 REPORT_HTML = f"{REPORTS}/index.html"
+# The derived rules (tables, figures, analyses, the report) carry the suite's source digest: a
+# new version of the package builds them again from the same records; timed rules do not.
+SUITE_DIGEST = source_digest()
 try:
     BERT = BertVarlenConfig.from_dict(config["bert_varlen"])
     baselines.check_names(BERT.registered_baselines())

@@ -18,6 +18,7 @@ rule figure:
     log:
         "{root}/logs/{experiment}/figure.log",
     params:
+        code=SUITE_DIGEST,
         stem=lambda wildcards, output: output.svg.removesuffix(".svg"),
         flags=figure_flags,
     shell:
@@ -33,6 +34,7 @@ rule analyze:
     log:
         "{root}/logs/{experiment}/analysis.log",
     params:
+        code=SUITE_DIGEST,
         flags=analysis_flags,
     shell:
         "seedbench analyze {wildcards.experiment} --table {input.table} {params.flags}"
@@ -47,6 +49,7 @@ rule report_html:
     log:
         f"{REPORTS}/logs/report.log",
     params:
+        code=SUITE_DIGEST,
         flags=report_flags,
         # the config of this run's folder (a report-only build ran nothing with it)
         config="" if REPORT_ONLY else " ".join(f"--config {f}" for f in workflow.configfiles[-1:]),

@@ -13,6 +13,7 @@ rule bert_table:
     log:
         "{root}/logs/{experiment}/table.log",
     params:
+        code=SUITE_DIGEST,
         padded=padded_baseline,
     shell:
         "seedbench table {input} --padded-baseline {params.padded} --out {output} 2> {log}"
@@ -29,6 +30,8 @@ rule llm_table:
         "{root}/logs/{experiment}/table.log",
     wildcard_constraints:
         experiment=experiments.pattern("llm"),
+    params:
+        code=SUITE_DIGEST,
     shell:
         "seedbench llm-table {input.records} --out {output.table} --curves {output.curves}"
         " 2> {log}"
@@ -42,6 +45,7 @@ rule llm_scale:
     log:
         "{root}/logs/llm_scale/table.log",
     params:
+        code=SUITE_DIGEST,
         paper=lambda wildcards, input: paper_flags("llm_scale", input),
     shell:
         "seedbench scale-table {params.paper} --out {output} 2> {log}"
@@ -60,6 +64,7 @@ rule pretrain_table:
     wildcard_constraints:
         experiment=experiments.pattern("pretrain"),
     params:
+        code=SUITE_DIGEST,
         out_dir=lambda wildcards, output: os.path.dirname(output.table),
         paper=lambda wildcards, input: paper_flags(wildcards.experiment, input),
     shell:
