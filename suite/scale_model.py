@@ -393,17 +393,17 @@ def stage_flops_per_token(model: ModelConfig, layout: Layout, imbalance: bool = 
     return (total - logits) / layout.pp + logits
 
 
-def tp_collectives_per_layer(layout: Layout) -> int:
+def tp_collectives_per_layer(recompute: Recompute) -> int:
     """TP collectives per layer and micro-batch: 2 forward + 2 backward, and the recomputed
     forward's 2 again under full recompute."""
-    return 6 if layout.recompute == "full" else 4
+    return 6 if recompute == "full" else 4
 
 
 def tp_bytes_per_microbatch(model: ModelConfig, layout: Layout) -> float:
     """Bytes a GPU sends for TP per micro-batch in its stage (same with sequence parallelism:
     reduce-scatter + all-gather move the all-reduce's bytes)."""
     activation = layout.micro_batch * model.seq_len * model.hidden * model.activation_bytes
-    return (tp_collectives_per_layer(layout) * (model.layers / layout.pp)
+    return (tp_collectives_per_layer(layout.recompute) * (model.layers / layout.pp)
             * ring_factor(layout.tp) * activation)
 
 
@@ -510,7 +510,7 @@ def _parts(model: ModelConfig, hw: Hardware, layout: Layout, terms: Terms) -> _P
         memory += loss_bytes_per_microbatch(model, layout) / spread / hw.hbm_bw
     tp = tp_bytes_per_microbatch(model, layout) / hw.nvlink_bw
     if terms.latency and layout.tp > 1:
-        tp += (tp_collectives_per_layer(layout) * layers
+        tp += (tp_collectives_per_layer(layout.recompute) * layers
                * ring_latency(layout.tp, 1, hw))
     pp = pp_bytes_per_microbatch(model, layout) / hw.network_bw
     if terms.latency and layout.pp > 1:

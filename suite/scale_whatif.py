@@ -34,7 +34,8 @@ def what_if(*, layers: int, hidden: int, heads: int, seq_len: int, vocab: int, g
     model = ModelConfig(layers=layers, hidden=hidden, heads=heads, seq_len=seq_len, vocab=vocab)
     layout = Layout(tp=tp, pp=pp, dp=gpus // (tp * pp), micro_batch=micro_batch,
                     global_batch=global_batch, virtual_stages=virtual_stages,
-                    tp_overlap=spec.tp, pp_overlap=spec.pp, dp_overlap=spec.dp_for(virtual_stages),
+                    tp_overlap=spec.tp_for(recompute), pp_overlap=spec.pp,
+                    dp_overlap=spec.dp_for(virtual_stages),
                     recompute=recompute, sequence_parallel=sequence_parallel,
                     flash_attention=(spec.flash_attention if flash_attention is None
                                      else flash_attention),

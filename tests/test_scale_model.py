@@ -15,6 +15,7 @@ from suite.scale_datasets import (
     GPT_175B,
     all_runs,
     fit,
+    korthikanti_runs,
     load_paper,
     predict,
     summarize,
@@ -56,8 +57,13 @@ def _layout(**kw) -> Layout:
 
 
 @pytest.fixture(scope="module")
-def runs():
-    return all_runs(load_paper(REPO_ROOT / "results" / "paper"))
+def paper():
+    return load_paper(REPO_ROOT / "results" / "paper")
+
+
+@pytest.fixture(scope="module")
+def runs(paper):
+    return all_runs(paper)
 
 
 @pytest.fixture(scope="module")
@@ -358,6 +364,32 @@ def test_published_runs_as_model_inputs(runs):
     assert h100.layout.virtual_stages == 16  # one layer per virtual stage: 96 / 6
     assert by[("megatron_h100", "16B 192 GPUs")].layout.virtual_stages == 1  # no PP
     assert by[("megascale_fig9", "530B b3840 4480 GPUs")].layout.micro_batches == 240
+    assert sum(r.dataset == "korthikanti2022" for r in runs) == 10
+    # Korthikanti 2022: the paper's v = 3 for 175B and 530B, 1T not interleaved; full
+    # recompute without sequence parallelism, the paper's method selective with it; the
+    # backward's 2 TP collectives hidden of the 4 (6 under full recompute)
+    full, present = (by[("korthikanti2022", f"175B 64 GPUs, {m}")]
+                     for m in ("full recompute", "present work"))
+    assert full.layout.virtual_stages == present.layout.virtual_stages == 3
+    assert (full.layout.recompute, full.layout.sequence_parallel) == ("full", False)
+    assert (present.layout.recompute, present.layout.sequence_parallel) == ("selective", True)
+    assert full.layout.tp_overlap == pytest.approx(1 / 3) and present.layout.tp_overlap == 0.5
+    assert by[("korthikanti2022", "1T 512 GPUs, present work")].layout.virtual_stages == 1
+    small = by[("korthikanti2022", "22B 8 GPUs, present work")].layout
+    assert (small.micro_batch, small.micro_batches, small.dp) == (4, 1, 1)
+    # the 2240-GPU full-recompute run is published as MFU only: its time is the one at which
+    # the model FLOPs (no recompute) run at 42.1% of 312 TFLOP/s on 2240 GPUs
+    mfu_only = by[("korthikanti2022", "530B 2240 GPUs, full recompute")]
+    assert mfu_only.layout.dp == 8 and mfu_only.mfu_percent == 42.1
+    assert mfu_only.iteration_time_s == pytest.approx(
+        mfu_only.model.flops_per_token * 2240 * 2048 / (2240 * 312e12 * 0.421))
+
+
+def test_korthikanti_methods_are_checked(paper):
+    table = paper["korthikanti"].copy()
+    table.loc[0, "method"] = "partial"
+    with pytest.raises(ValueError, match="method 'partial' is not one of"):
+        korthikanti_runs(table)
 
 
 def test_each_system_is_fitted_on_its_declared_runs_only(runs, predictions):
@@ -400,6 +432,11 @@ def test_prediction_errors(predictions):
     assert narayanan.time_mean_abs_pct < 3 and abs(narayanan.time_mean_signed_pct) < 1.5
     h100 = s.loc["megatron_h100"].iloc[0]
     assert h100.time_mean_abs_pct < 9 and abs(h100.time_mean_signed_pct) < 3
+    # Korthikanti 2022, blind (fourth round): 12.9% mean, every held-out row too slow
+    # (+4.6% at 175B to +20% at 1T): the efficiency fitted on the one-node 22B runs does not
+    # carry to the larger GEMMs. A bound, not a goal: it records where the model stands.
+    korthikanti = s.loc["korthikanti2022"].iloc[0]
+    assert korthikanti.time_mean_abs_pct < 14 and korthikanti.time_max_abs_pct < 22
     assert set(predictions.columns) >= {"compute_s", "bubble_s", "tp_exposed_s",
                                         "pp_exposed_s", "dp_exposed_s", "sync_s",
                                         "optimizer_s", "gemm_efficiency", "straggler"}
@@ -425,3 +462,20 @@ def test_what_if_cli(capsys):
     assert main(["scale-model", "--gpus", "1000", "--gemm-efficiency", "0.7",
                  "--straggler", "0"]) == 2
     assert "gpus=1000 is not a multiple of tp * pp = 64" in capsys.readouterr().err
+
+
+def test_what_if_takes_the_systems_overlaps():
+    """A system that hides only the backward's TP collectives hides 2 of 4 per layer, or 2 of
+    6 under full recompute; the what-if tool and the published runs use the same rule."""
+    from suite.scale_whatif import what_if
+
+    shape = {"layers": 96, "hidden": 12288, "heads": 96, "seq_len": 2048, "vocab": 51200,
+             "gpus": 64, "tp": 8, "pp": 8, "micro_batch": 1, "global_batch": 64,
+             "hardware": "A100", "system": "Megatron-LM 2022 (Selene)",
+             "gemm_efficiency": 0.6, "straggler": 0.0}
+    full = what_if(**shape, recompute="full")
+    selective = what_if(**shape, recompute="selective", sequence_parallel=True)
+    assert full["layout"]["tp_overlap"] == pytest.approx(1 / 3)
+    assert selective["layout"]["tp_overlap"] == 0.5
+    assert what_if(**{**shape, "system": "Megatron-LM"})["layout"]["tp_overlap"] == 0.0
+    assert full["iteration_time_s"] > selective["iteration_time_s"]

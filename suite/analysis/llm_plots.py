@@ -12,8 +12,9 @@ from suite.analysis.figure_io import FigureData, plt, save_figure  # plt: the Ag
 DATASET_NAMES = {"megascale_table2": "MegaScale Table 2 (175B)",
                  "megascale_fig9": "MegaScale Fig. 9 (530B)",
                  "narayanan2021": "Narayanan 2021 Table 1",
-                 "megatron_h100": "Megatron-LM README, H100"}
-DATASET_COLORS = dict(zip(DATASET_NAMES, ("C0", "C1", "C2", "C3")))
+                 "megatron_h100": "Megatron-LM README, H100",
+                 "korthikanti2022": "Korthikanti 2022 Table 5"}
+DATASET_COLORS = dict(zip(DATASET_NAMES, ("C0", "C1", "C2", "C3", "C4")))
 BREAKDOWN = [("compute_s", "compute", "tab:blue"), ("bubble_s", "bubble", "tab:gray"),
              ("tp_exposed_s", "TP", "tab:orange"), ("pp_exposed_s", "PP", "tab:brown"),
              ("dp_exposed_s", "DP", "tab:red"), ("sync_s", "sync (straggler)", "tab:purple"),

@@ -209,7 +209,8 @@ _SPECS = [
         paper={"table2": "megascale_table2_175b_strong_scaling.csv",
                "fig9": "megascale_fig9_530b_weak_scaling.csv",
                "narayanan": "narayanan2021_table1_weak_scaling.csv",
-               "h100": "megatron_readme_h100_scaling.csv"},
+               "h100": "megatron_readme_h100_scaling.csv",
+               "korthikanti": "korthikanti2022_table5_recompute.csv"},
         note="An analytical model of 3D-parallel training: GEMMs at a fitted efficiency, "
              "memory-bound element-wise and attention-score traffic, the interleaved pipeline "
              "bubble (and its extra when micro-batches are not a multiple of the stages), "
@@ -218,8 +219,9 @@ _SPECS = [
              "ln(nodes). Two numbers per system (GEMM efficiency, straggler constant) are "
              "fitted on its two declared runs (ringed); every other run is a prediction: "
              "MegaScale Table 2 and Figure 9, Narayanan et al. 2021 Table 1 (Selene), the "
-             "Megatron-LM README's H100 scaling. Formulas, sources and assumptions: "
-             "suite/scale_model.py and suite/scale_datasets.py."),
+             "Megatron-LM README's H100 scaling, and Korthikanti et al. 2022 Table 5 (full "
+             "against selective recompute with sequence parallelism). Formulas, sources and "
+             "assumptions: suite/scale_model.py and suite/scale_datasets.py."),
     ExperimentSpec(
         "vwn_scaling",
         "Virtual Width Networks: one backbone at expansions r = n/m, held-out loss vs tokens, "
