@@ -84,7 +84,8 @@ def _start_and_stop(workdir: Path, results: Path, at_least: int, sig: int) -> di
     then on disk."""
     with (workdir / "run.log").open("a") as log:
         run = subprocess.Popen([*_snakemake(), "--cores", "1"], cwd=workdir, env=_env(),
-                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                               preexec_fn=_default_sigint)
         deadline = time.monotonic() + 300
         while (time.monotonic() < deadline and len(_records(results)) < at_least
                and run.poll() is None):
@@ -97,11 +98,18 @@ def _start_and_stop(workdir: Path, results: Path, at_least: int, sig: int) -> di
     return _records(results)
 
 
+def _default_sigint() -> None:
+    """Ctrl-C's default in the started workflow, whatever pytest inherited: a shell starts a
+    background command with SIGINT ignored, a child inherits that across exec, and Python then
+    installs no KeyboardInterrupt handler, so the workflow would never see the Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _until_quiet(log: Path, deadline: float, quiet_s: float = 1.0) -> None:
-    """Wait until Snakemake has written nothing for ``quiet_s``: it is then waiting on the next
-    job. Snakemake's log handler swallows a KeyboardInterrupt raised while it writes
-    (snakemake/logging.py, ``emit``), so a Ctrl-C that lands just as a job finishes is lost,
-    in a terminal as here; the record that ends the wait appears at exactly such a moment."""
+    """Wait until Snakemake has written nothing for ``quiet_s``: it is then waiting on a job.
+    Snakemake's log handler swallows a KeyboardInterrupt raised while it writes
+    (snakemake/logging.py, ``emit``), and the record that ends the wait appears just as
+    Snakemake logs the job's end."""
     size, since = log.stat().st_size, time.monotonic()
     while time.monotonic() < deadline and time.monotonic() - since < quiet_s:
         time.sleep(0.1)
