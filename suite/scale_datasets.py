@@ -171,22 +171,31 @@ class Run:
         return self.layout.gpus
 
 
-def _layout(system: str, gpus: int, batch: int, tp: int, pp: int, v: int = 1,
-            micro_batch: int = 1, **kw) -> Layout:
+def system_layout(system: str, gpus: int, batch: int, tp: int, pp: int, v: int = 1,
+                  micro_batch: int = 1, **kw) -> Layout:
+    """A layout as ``system`` runs it: its overlaps, attention and optimizer, DP = the rest of
+    the GPUs; ``kw`` sets any other ``Layout`` field or overrides the system's."""
     spec = SYSTEMS[system]
     if gpus % (tp * pp):
         raise ValueError(f"gpus={gpus} is not a multiple of tp * pp = {tp * pp}")
+    settings = {"tp_overlap": spec.tp_for(kw.get("recompute", "none")), "pp_overlap": spec.pp,
+                "dp_overlap": spec.dp_for(v), "flash_attention": spec.flash_attention,
+                "distributed_optimizer": spec.distributed_optimizer}
     return Layout(tp=tp, pp=pp, dp=gpus // (tp * pp), micro_batch=micro_batch,
-                  global_batch=batch, virtual_stages=v,
-                  tp_overlap=spec.tp_for(kw.get("recompute", "none")),
-                  pp_overlap=spec.pp, dp_overlap=spec.dp_for(v),
-                  flash_attention=spec.flash_attention,
-                  distributed_optimizer=spec.distributed_optimizer, **kw)
+                  global_batch=batch, virtual_stages=v, **{**settings, **kw})
+
+
+def _time_from_mfu(model: ModelConfig, batch: int, gpus: int, peak_flops: float,
+                   mfu_percent: float) -> float:
+    """The iteration time at which the model FLOPs (no recompute, what MFU counts) of a batch
+    run at ``mfu_percent`` of the GPUs' peak: for runs published as MFU only."""
+    return (model.flops_per_token * batch * model.seq_len
+            / (gpus * peak_flops * mfu_percent / 100))
 
 
 def megascale_runs(table2: pd.DataFrame, fig9: pd.DataFrame) -> list[Run]:
     runs = [Run("megascale_table2", r.system, f"175B b{r.batch_size} {r.gpus} GPUs", GPT_175B,
-                _layout(r.system, int(r.gpus), int(r.batch_size), 8, 8, 6),
+                system_layout(r.system, int(r.gpus), int(r.batch_size), 8, 8, 6),
                 float(r.iteration_time_s), float(r.mfu_percent))
             for r in table2.itertuples(index=False)]
     for r in fig9.itertuples(index=False):
@@ -195,7 +204,7 @@ def megascale_runs(table2: pd.DataFrame, fig9: pd.DataFrame) -> list[Run]:
                              "not a whole batch")
         batch = FIG9_BASE_BATCH * int(r.gpus) // FIG9_BASE_GPUS
         runs.append(Run("megascale_fig9", r.system, f"530B b{batch} {r.gpus} GPUs", GPT_530B,
-                        _layout(r.system, int(r.gpus), batch, 8, 35, 3), None,
+                        system_layout(r.system, int(r.gpus), batch, 8, 35, 3), None,
                         float(r.mfu_percent)))
     return runs
 
@@ -212,9 +221,9 @@ def narayanan_runs(table: pd.DataFrame) -> list[Run]:
         v = per_stage // int(r.layers_per_virtual_stage) \
             if pd.notna(r.layers_per_virtual_stage) else 1
         overlap = 1.0 if r.ddp_impl == "torch" else 0.0
-        layout = replace(_layout(system, int(r.gpus), int(r.batch_size), int(r.tp), pp, v,
-                                 int(r.micro_batch_size), recompute="full", grad_bytes=2),
-                         dp_overlap=overlap)
+        layout = system_layout(system, int(r.gpus), int(r.batch_size), int(r.tp), pp, v,
+                               int(r.micro_batch_size), recompute="full", grad_bytes=2,
+                               dp_overlap=overlap)
         # Eq. (3) counts the recompute: iteration time = those FLOPs / the aggregate rate
         flops = model.hardware_flops_per_token("full") * int(r.batch_size) * model.seq_len
         runs.append(Run("narayanan2021", system, f"{r.params_billion}B {r.gpus} GPUs", model,
@@ -234,7 +243,7 @@ def h100_runs(table: pd.DataFrame) -> list[Run]:
                             vocab=int(r.vocab_size), tied_embeddings=False)
         shapes[r.model_size_label] = (model, int(r.tp), int(r.pp))
         pp = int(r.pp)
-        layout = _layout(system, int(r.gpus), int(r.batch_size), int(r.tp), pp,
+        layout = system_layout(system, int(r.gpus), int(r.batch_size), int(r.tp), pp,
                          model.layers // pp if pp > 1 else 1, sequence_parallel=int(r.tp) > 1)
         time = (model.flops_per_token * int(r.batch_size) * model.seq_len
                 / (int(r.gpus) * float(r.tflops_per_gpu) * 1e12))
@@ -242,10 +251,10 @@ def h100_runs(table: pd.DataFrame) -> list[Run]:
                         layout, time, float(r.mfu_percent)))
     model, tp, pp = shapes["177B"]
     for r in table[table.experiment == "strong_scaling"].itertuples(index=False):
-        layout = _layout(system, int(r.gpus), int(r.batch_size), tp, pp, model.layers // pp,
+        layout = system_layout(system, int(r.gpus), int(r.batch_size), tp, pp, model.layers // pp,
                          sequence_parallel=True)
-        time = (model.flops_per_token * int(r.batch_size) * model.seq_len
-                / (int(r.gpus) * peak * float(r.mfu_percent) / 100))
+        time = _time_from_mfu(model, int(r.batch_size), int(r.gpus), peak,
+                              float(r.mfu_percent))
         runs.append(Run("megatron_h100", system, f"175B strong b{r.batch_size} {r.gpus} GPUs",
                         model, layout, time, float(r.mfu_percent)))
     return runs
@@ -269,15 +278,14 @@ def korthikanti_runs(table: pd.DataFrame) -> list[Run]:
                             heads=int(r.attention_heads), seq_len=int(r.seq_length),
                             vocab=int(r.vocab_size))
         v = int(r.virtual_stages) if pd.notna(r.virtual_stages) else 1
-        layout = _layout(system, int(r.gpus), int(r.batch_size), int(r.tp), int(r.pp), v,
+        layout = system_layout(system, int(r.gpus), int(r.batch_size), int(r.tp), int(r.pp), v,
                          int(r.micro_batch_size), recompute=recompute,
                          sequence_parallel=sequence_parallel)
         mfu = float(r.mfu_percent) if pd.notna(r.mfu_percent) else None
         if pd.notna(r.iteration_time_s):
             time = float(r.iteration_time_s)
-        else:  # the abstract's MFU: model FLOPs (no recompute) / (GPUs x peak x MFU)
-            time = (model.flops_per_token * int(r.batch_size) * model.seq_len
-                    / (int(r.gpus) * peak * mfu / 100))
+        else:  # the abstract's MFU only
+            time = _time_from_mfu(model, int(r.batch_size), int(r.gpus), peak, mfu)
         method = r.method.replace("_", " ")
         runs.append(Run("korthikanti2022", system, f"{r.model_size_label} {r.gpus} GPUs, {method}",
                         model, layout, time, mfu))

@@ -9,8 +9,8 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from suite.scale_datasets import SYSTEMS, all_runs, fit, load_paper
-from suite.scale_model import HARDWARE, RECOMPUTE, Layout, ModelConfig, estimate
+from suite.scale_datasets import SYSTEMS, all_runs, fit, load_paper, system_layout
+from suite.scale_model import HARDWARE, RECOMPUTE, ModelConfig, estimate
 
 
 def what_if(*, layers: int, hidden: int, heads: int, seq_len: int, vocab: int, gpus: int,
@@ -28,20 +28,12 @@ def what_if(*, layers: int, hidden: int, heads: int, seq_len: int, vocab: int, g
         raise ValueError(f"hardware {hardware!r} is not one of {sorted(HARDWARE)}")
     if recompute not in RECOMPUTE:
         raise ValueError(f"recompute {recompute!r} is not one of {RECOMPUTE}")
-    if gpus % (tp * pp):
-        raise ValueError(f"gpus={gpus} is not a multiple of tp * pp = {tp * pp}")
-    spec = SYSTEMS[system]
     model = ModelConfig(layers=layers, hidden=hidden, heads=heads, seq_len=seq_len, vocab=vocab)
-    layout = Layout(tp=tp, pp=pp, dp=gpus // (tp * pp), micro_batch=micro_batch,
-                    global_batch=global_batch, virtual_stages=virtual_stages,
-                    tp_overlap=spec.tp_for(recompute), pp_overlap=spec.pp,
-                    dp_overlap=spec.dp_for(virtual_stages),
-                    recompute=recompute, sequence_parallel=sequence_parallel,
-                    flash_attention=(spec.flash_attention if flash_attention is None
-                                     else flash_attention),
-                    distributed_optimizer=(spec.distributed_optimizer
-                                           if distributed_optimizer is None
-                                           else distributed_optimizer))
+    overrides = {name: value for name, value in (("flash_attention", flash_attention),
+                                                 ("distributed_optimizer", distributed_optimizer))
+                 if value is not None}
+    layout = system_layout(system, gpus, global_batch, tp, pp, virtual_stages, micro_batch,
+                           recompute=recompute, sequence_parallel=sequence_parallel, **overrides)
     fitted_on = "given"
     if gemm_efficiency is None or straggler is None:
         if paper_dir is None:
