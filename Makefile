@@ -32,6 +32,9 @@ $(STAMP): pyproject.toml requirements.lock $(EXAMPLE_PLUGIN)/pyproject.toml $(LO
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check 'pip==25.3'
 	DS_BUILD_OPS=0 $(BIN)/python -m pip install -q -c requirements.lock -e '.[all]'
+	# the scale model's peer (suite/scale/peer.py), without its dependencies: its metadata pins
+	# transformers<5 and huggingface-hub<0.15, used only for hub look-ups that the peer never makes
+	$(BIN)/python -m pip install -q --no-deps -c requirements.lock llm-analysis
 	# the example plugin, installed as a user would install theirs (the tests run it)
 	$(BIN)/python -m pip install -q --no-deps -e $(EXAMPLE_PLUGIN)
 	# the progress lines of `make reproduce` (a Snakemake logger plugin; the local profile uses it)

@@ -210,7 +210,10 @@ _SPECS = [
                "fig9": "megascale_fig9_530b_weak_scaling.csv",
                "narayanan": "narayanan2021_table1_weak_scaling.csv",
                "h100": "megatron_readme_h100_scaling.csv",
-               "korthikanti": "korthikanti2022_table5_recompute.csv"},
+               "korthikanti": "korthikanti2022_table5_recompute.csv",
+               "mpt": "llmfoundry_mpt_throughput.csv",
+               "torchtitan": "torchtitan_llama_throughput.csv",
+               "bloom": "bloom176b_training_log.csv"},
         note="An analytical model of 3D-parallel training: GEMMs at a fitted efficiency, "
              "memory-bound element-wise and attention-score traffic, the interleaved pipeline "
              "bubble (and its extra when micro-batches are not a multiple of the stages), "

@@ -1,0 +1,91 @@
+"""The two numbers fitted per system, from its declared rows only: the GEMM ceiling
+(``gemm_efficiency``) and the straggler constant.
+
+Two rows of one model and layout at different DP sizes (a scaling pair) fit both: the pair that
+reproduces both rows. Where that needs a negative straggler, or the rows are two models or
+layouts (whose difference is not only scale), the straggler is 0 and the efficiency minimises the
+rows' squared relative errors (exact for one row).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from scipy.optimize import brentq, minimize_scalar
+
+from suite.scale.checks import check_positive
+from suite.scale.hardware import Hardware
+from suite.scale.layout import Layout
+from suite.scale.model import ModelConfig
+from suite.scale.step import ALL_TERMS, Terms, estimate
+
+Row = tuple[ModelConfig, Layout, Hardware, float]  # model, layout, hardware, iteration time
+
+
+def fit_efficiency(model: ModelConfig, hw: Hardware, layout: Layout, iteration_time_s: float,
+                   terms: Terms = ALL_TERMS) -> float:
+    """The ceiling at which ``estimate`` gives the measured time (straggler held): time falls
+    monotonically as the ceiling rises, so a root search on (0, 1] finds it."""
+    check_positive("iteration_time_s", iteration_time_s)
+
+    def gap(eff: float) -> float:
+        return estimate(model, replace(hw, gemm_efficiency=eff), layout,
+                        terms).iteration_time_s - iteration_time_s
+
+    if gap(1.0) > 0:
+        raise ValueError(f"iteration_time_s={iteration_time_s} is shorter than the model gives "
+                         "at gemm_efficiency=1; the model's communication or FLOP count is off")
+    lo = 1e-4
+    if gap(lo) < 0:
+        raise ValueError(f"iteration_time_s={iteration_time_s} needs gemm_efficiency < {lo}")
+    return float(brentq(gap, lo, 1.0, xtol=1e-12, rtol=1e-12))
+
+
+def is_scaling_pair(a: tuple[ModelConfig, Layout], b: tuple[ModelConfig, Layout]) -> bool:
+    """Whether two (model, layout) differ only in scale: DP and the global batch."""
+    (model_a, lay_a), (model_b, lay_b) = a, b
+    return (model_a == model_b and lay_a.dp != lay_b.dp
+            and replace(lay_a, dp=1, global_batch=lay_a.micro_batch)
+            == replace(lay_b, dp=1, global_batch=lay_b.micro_batch))
+
+
+def _least_squares_efficiency(rows: list[Row], terms: Terms) -> float:
+    if len(rows) == 1:
+        model, layout, hw, time = rows[0]
+        return fit_efficiency(model, hw, layout, time, terms)
+
+    def loss(eff: float) -> float:
+        return sum(((estimate(m, replace(h, gemm_efficiency=eff), lay, terms).iteration_time_s
+                     - t) / t) ** 2 for m, lay, h, t in rows)
+
+    return float(minimize_scalar(loss, bounds=(1e-3, 1.0), method="bounded",
+                                 options={"xatol": 1e-9}).x)
+
+
+def fit_system(rows: list[Row], terms: Terms = ALL_TERMS) -> tuple[float, float]:
+    """(gemm_efficiency, straggler) from one or two rows (see the module docstring)."""
+    if not 1 <= len(rows) <= 2:
+        raise ValueError(f"{len(rows)} calibration rows: a system fits one or two")
+    rows = [(m, lay, replace(h, straggler=0.0), t) for m, lay, h, t in rows]
+    if len(rows) == 1 or not terms.straggler or \
+            not is_scaling_pair(rows[0][:2], rows[1][:2]) or rows[0][2] != rows[1][2]:
+        return _least_squares_efficiency(rows, terms), 0.0
+    (m1, l1, hw, t1), (m2, l2, _, t2) = rows
+
+    def mismatch(sigma: float) -> float:
+        h = replace(hw, straggler=sigma)
+        try:
+            eff = fit_efficiency(m1, h, l1, t1, terms)
+        except ValueError:  # sigma so large that the first row leaves no time for GEMMs
+            return t2
+        return estimate(m2, replace(h, gemm_efficiency=eff), l2, terms).iteration_time_s - t2
+
+    if mismatch(0.0) >= 0:
+        return _least_squares_efficiency(rows, terms), 0.0
+    hi = 0.5
+    while mismatch(hi) < 0:
+        hi *= 2
+        if hi > 16:
+            raise ValueError("no straggler constant up to 16 fits the calibration rows")
+    sigma = brentq(mismatch, 0.0, hi, xtol=1e-12)
+    return fit_efficiency(m1, replace(hw, straggler=sigma), l1, t1, terms), sigma

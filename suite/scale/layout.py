@@ -1,0 +1,137 @@
+"""A training layout: how a model is split over GPUs (TP x PP x DP, virtual stages, uneven stage
+splits), what each GPU recomputes and shards, the attention kernel, and how much of each kind of
+communication hides behind compute.
+
+Vocabularies (one place): ``RECOMPUTE`` (none / selective: attention's score, softmax and P V
+block / full: every layer's forward, or ``recompute_fraction`` of the layers' as Megatron's
+``--recompute-num-layers`` and torchtitan's layer-wise selective checkpointing do), ``ATTENTION`` (unfused: the scores materialized by separate
+kernels, as eager PyTorch runs them / fused_softmax: scores materialized, scale + mask + softmax
+in one kernel, Megatron's / flash: the architecture's best tiled kernel, no s x s tensor in HBM
+(FlashAttention-2 on Ampere, FlashAttention-3 or cuDNN's on Hopper) / flash1: a kernel of the
+generation before (FlashAttention-1 or the Triton one on Ampere; FlashAttention-2 on Hopper,
+which uses none of Hopper's instructions)),
+``DP_MODES`` (allreduce: DDP's gradient all-reduce / zero1, zero2: the distributed optimizer,
+gradient reduce-scatter and parameter all-gather, optimizer state (and, zero2, gradients)
+sharded / fsdp: ZeRO-3, parameters sharded too and all-gathered per micro-batch).
+
+Uneven stage splits: Megatron-Core's ``--decoder-first-pipeline-num-layers`` /
+``--decoder-last-pipeline-num-layers`` (``first_stage_layers``, ``last_stage_layers``; the middle
+stages share the rest evenly); with neither and layers not a multiple of the stages, DeepSpeed's
+uniform partition (deepspeed/runtime/utils.py ``partition_uniform``): the first
+``layers mod pp`` stages take one layer more.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from suite.scale.checks import (
+    check_bool,
+    check_choice,
+    check_fraction,
+    check_positive_int,
+)
+
+RECOMPUTE = ("none", "selective", "full")
+ATTENTION = ("unfused", "fused_softmax", "flash1", "flash")
+DP_MODES = ("allreduce", "zero1", "zero2", "fsdp")
+# The cross entropy over the logits: (HBM bytes per logit forward + backward, bytes per logit
+# held at the backward's start). megatron: the vocab-parallel fp32 loss, unfused but in place
+# (cast 2+4, max 4, subtract 8, exp 8, sum 4, divide 8; backward scale 8, cast back 6: 52; it
+# keeps the 2-byte logits' fp32 softmax: 6). eager: F.cross_entropy on logits cast to fp32
+# (cast 2+4, log-softmax 4+4; backward its gradient 4, log-softmax's 4+4+4, cast back 4+2: 36;
+# it holds the logits, their fp32 copy, the log-probabilities and, as the backward starts,
+# their fp32 gradient: 14). fused: one kernel (flash-attn's cross entropy, as llm-foundry's
+# fused_crossentropy): reads the logits, writes their gradient in place (6; 2 held).
+LOSS_KINDS = {"megatron": (52, 6), "eager": (36, 14), "fused": (6, 2)}
+
+
+@dataclass(frozen=True)
+class Layout:
+    tp: int
+    pp: int
+    dp: int
+    micro_batch: int
+    global_batch: int
+    virtual_stages: int = 1
+    tp_overlap: float = 0.0
+    pp_overlap: float = 0.0
+    dp_overlap: float = 0.0
+    grad_bytes: int = 4
+    recompute: str = "none"
+    sequence_parallel: bool = False
+    attention: str = "fused_softmax"
+    dp_mode: str = "allreduce"
+    first_stage_layers: int | None = None
+    last_stage_layers: int | None = None
+    recompute_fraction: float = 1.0  # full recompute of this share of the layers
+    loss: str = "megatron"
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "dp", "micro_batch", "global_batch", "virtual_stages",
+                     "grad_bytes"):
+            check_positive_int(name, getattr(self, name))
+        for name in ("tp_overlap", "pp_overlap", "dp_overlap"):
+            check_fraction(name, getattr(self, name))
+        check_choice("recompute", self.recompute, RECOMPUTE)
+        check_fraction("recompute_fraction", self.recompute_fraction)
+        if self.recompute_fraction != 1.0 and self.recompute != "full" or \
+                self.recompute_fraction == 0:
+            raise ValueError(f"recompute_fraction={self.recompute_fraction} needs "
+                             "recompute='full' and a share in (0, 1]")
+        check_choice("attention", self.attention, ATTENTION)
+        check_choice("dp_mode", self.dp_mode, DP_MODES)
+        check_choice("loss", self.loss, tuple(LOSS_KINDS))
+        check_bool("sequence_parallel", self.sequence_parallel)
+        if self.sequence_parallel and self.tp == 1:
+            raise ValueError("sequence_parallel=True needs tp > 1 (it shards over the TP ranks)")
+        for name in ("first_stage_layers", "last_stage_layers"):
+            value = getattr(self, name)
+            if value is not None:
+                check_positive_int(name, value)
+                if self.pp == 1:
+                    raise ValueError(f"{name}={value} needs pp > 1")
+        if self.global_batch % (self.dp * self.micro_batch):
+            raise ValueError(f"global_batch={self.global_batch} is not a multiple of "
+                             f"dp * micro_batch = {self.dp * self.micro_batch}")
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    @property
+    def micro_batches(self) -> int:
+        """Micro-batches per pipeline per iteration (m)."""
+        return self.global_batch // (self.dp * self.micro_batch)
+
+    @property
+    def full_recompute(self) -> float:
+        """Share of the layers whose whole forward is recomputed (0 without full recompute)."""
+        return self.recompute_fraction if self.recompute == "full" else 0.0
+
+    @property
+    def shards_optimizer(self) -> bool:
+        return self.dp_mode != "allreduce"
+
+    def stage_layers(self, layers: int) -> list[int]:
+        """Layers of each pipeline stage, first to last (see the module docstring)."""
+        p, first, last = self.pp, self.first_stage_layers, self.last_stage_layers
+        if first is None and last is None:
+            base, extra = divmod(layers, p)
+            split = [base + (i < extra) for i in range(p)]
+        else:
+            rest = layers - (first or 0) - (last or 0)
+            middle = p - (first is not None) - (last is not None)
+            if rest < 0 or (middle == 0 and rest) or (middle and rest % middle):
+                raise ValueError(f"first_stage_layers={first}, last_stage_layers={last}: the "
+                                 f"other {rest} of layers={layers} do not split evenly over "
+                                 f"{middle} middle stage(s)")
+            share = rest // middle if middle else 0
+            split = ([first] if first is not None else []) + [share] * middle \
+                + ([last] if last is not None else [])
+        if min(split) < 1:
+            raise ValueError(f"layers={layers} over pp={p} leaves a stage empty: {split}")
+        if self.virtual_stages > 1 and any(n % self.virtual_stages for n in split):
+            raise ValueError(f"stage layers {split} do not split into "
+                             f"virtual_stages={self.virtual_stages} chunks")
+        return split

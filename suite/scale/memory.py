@@ -1,0 +1,121 @@
+"""Per-GPU memory of a layout: weights, gradients, optimizer state and activations, so that a
+layout that cannot fit is marked, not ranked.
+
+State per parameter (mixed-precision Adam): Megatron and DeepSpeed keep 2-byte weights, a
+``grad_bytes`` gradient (4: fp32 main gradients) and 12 bytes of optimizer state (fp32 master
+weights, two fp32 moments); zero1 shards the 12 over DP, zero2 the gradients too. FSDP
+(PyTorch's FlatParameter, FSDP2's DTensor) keeps the sharded parameters themselves in fp32 (the
+master copy: 4 bytes), their gradients (4) and the two moments (8), all over DP, plus the
+gathered 2-byte parameters and gradients of the unit in use and the one prefetched (two
+layers).
+
+Activations (Korthikanti et al. 2022, Sec. 4, Eq. 1-5, generalized to GQA, any FFN width, gated
+MLPs and models without dropout): per layer and token, in bytes, with t the TP size:
+  replicated over TP (sharded by sequence parallelism): the two norms' inputs 4h, the QKV
+  input 2h, the MLP input 2h, the two dropout masks 2h (with dropout);
+  split over TP: Q and K (2(heads + kv_heads) d), V (2 kv_heads d), the attention output
+  projection's input 2h, the MLP's up/gate outputs (2 ffn per matrix) and the activation's
+  output (2 ffn); the s x s scores when materialized: 2 a s for the softmax output, plus a s
+  (mask) and 2 a s (dropout output) with dropout; flash keeps only its fp32 row statistics
+  (4 a).
+  MHA, GELU of 4h, dropout: 10h + 24h/t + 5as/t, Korthikanti's Eq. 2. Selective recompute
+  drops the scores; full recompute keeps only each layer's input (2h, / t with sequence
+  parallelism) plus one layer's full activations while it is recomputed (on the
+  ``recompute_fraction`` of the layers it covers).
+In flight: the first stage of 1F1B holds min(m, p) micro-batches (Narayanan et al. 2021), the
+interleaved schedule (1 + (p - 1)/(p v)) times that (Korthikanti et al. Sec. 4.2.3). The last
+stage also holds what its cross entropy keeps per logit (``suite.scale.layout.LOSS_KINDS``:
+6 bytes for Megatron's, 14 for eager PyTorch's on fp32-cast logits, 2 for a fused kernel).
+
+A layout fits when the largest stage's total is under the GPU's memory less ``RESERVE_BYTES``
+(the CUDA context, NCCL's buffers and the caching allocator's fragmentation: PyTorch's CUDA
+context takes 0.5-1 GB, NCCL a few hundred MB per communicator).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from suite.scale.hardware import Hardware
+from suite.scale.layout import LOSS_KINDS, Layout
+from suite.scale.model import ModelConfig
+from suite.scale.step import stage_params
+
+OPTIMIZER_BYTES = 12
+RESERVE_BYTES = 2 * 1024 ** 3
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Bytes on the fullest GPU (its stage), by kind."""
+    stage: int
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float
+    capacity: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.gradients + self.optimizer + self.activations
+
+    @property
+    def fits(self) -> bool:
+        return self.total <= self.capacity
+
+
+def layer_activation_bytes(model: ModelConfig, layout: Layout) -> tuple[float, float]:
+    """(stored per layer, working set of one layer) in bytes per micro-batch, without
+    recompute; see the module docstring."""
+    t, h, d = layout.tp, model.hidden, model.head_dim
+    a, s, ffn = model.heads, model.seq_len, model.ffn_hidden
+    replicated = 8 * h + (2 * h if model.dropout else 0)
+    split = (2 * (a + model.kv_heads) * d + 2 * model.kv_heads * d + 2 * h
+             + 2 * ffn * (model.mlp_matrices - 1) + 2 * ffn)
+    if layout.attention.startswith("flash"):
+        scores = 4 * a
+    else:
+        scores = (5 if model.dropout else 2) * a * s
+    shard = t if layout.sequence_parallel else 1
+    per_token = replicated / shard + split / t
+    tokens = layout.micro_batch * s
+    full = tokens * (per_token + scores / t)
+    stored = tokens * per_token if layout.recompute == "selective" else full
+    return stored, full
+
+
+def memory(model: ModelConfig, layout: Layout, hw: Hardware) -> Memory:
+    """The fullest stage's memory on one GPU."""
+    split = layout.stage_layers(model.layers)
+    d = layout.dp
+    stored, working = layer_activation_bytes(model, layout)
+    p, v, m = layout.pp, layout.virtual_stages, layout.micro_batches
+    in_flight = min(m, p) * (1 + (p - 1) / (p * v) if v > 1 else 1)
+    f = layout.full_recompute
+    shard = layout.tp if layout.sequence_parallel else 1
+    layer_input = layout.micro_batch * model.seq_len * 2 * model.hidden / shard
+    per_layer = f * layer_input + (1 - f) * stored
+    best = None
+    for i, layers in enumerate(split):
+        params = stage_params(model, layout, layers)
+        weights, grads, optim = 2 * params, layout.grad_bytes * params, OPTIMIZER_BYTES * params
+        if layout.dp_mode in ("zero1", "zero2", "fsdp"):
+            optim /= d
+        if layout.dp_mode in ("zero2", "fsdp"):
+            grads /= d
+        if layout.dp_mode == "fsdp":
+            unit = 2 * model.layer_params / layout.tp  # two layers' parameters
+            weights = 4 * params / d + 2 * unit
+            grads = 4 * params / d + 2 * unit
+            optim = 8 * params / d
+        inflight = in_flight * (p - i) / p if v == 1 else in_flight
+        acts = layers * per_layer * max(inflight, 1)
+        if f:
+            acts += working
+        if i == p - 1:
+            acts += (LOSS_KINDS[layout.loss][1] * layout.micro_batch * model.seq_len
+                     * model.vocab / layout.tp)
+        mem = Memory(i, weights, grads, optim, acts, hw.hbm_bytes - RESERVE_BYTES)
+        if best is None or mem.total > best.total:
+            best = mem
+    return best

@@ -1,0 +1,94 @@
+"""``seedbench scale-model --search``: every layout of a model on a GPU count that can exist and
+fits in memory, ranked by predicted iteration time.
+
+Enumerated: TP over the divisors of the node's GPUs the model's heads split over; PP over the
+divisors of the rest, up to the layers (uneven splits by DeepSpeed's uniform rule,
+``suite.scale.layout``); DP the rest, dividing the global batch; micro-batches of 1, 2, 4, ... 16
+dividing the replica's batch; virtual stages dividing every stage's layers (up to 8); recompute;
+sequence parallelism where TP > 1; the attention kernels and DP modes asked for. Layouts that do
+not fit (``suite.scale.memory``) are counted and dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import product
+
+from suite.scale.hardware import Hardware
+from suite.scale.layout import ATTENTION, DP_MODES, RECOMPUTE, Layout
+from suite.scale.memory import Memory, memory
+from suite.scale.model import ModelConfig
+from suite.scale.step import Estimate, estimate
+from suite.scale.systems import System
+
+MICRO_BATCHES = (1, 2, 4, 8, 16)
+MAX_VIRTUAL_STAGES = 8
+
+
+@dataclass(frozen=True)
+class Candidate:
+    layout: Layout
+    estimate: Estimate
+    memory: Memory
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    ranked: list[Candidate]  # fitting layouts, fastest first
+    considered: int
+    too_big: int
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def layouts(model: ModelConfig, gpus: int, global_batch: int, hw: Hardware, system: System,
+            attention: tuple[str, ...] = ATTENTION, dp_modes: tuple[str, ...] = DP_MODES):
+    """Every layout that can exist (not yet checked against memory)."""
+    for tp in _divisors(hw.gpus_per_node):
+        if gpus % tp:
+            continue
+        try:
+            model.check_tp(tp)
+        except ValueError:
+            continue
+        for pp in _divisors(gpus // tp):
+            dp = gpus // (tp * pp)
+            if pp > model.layers or global_batch % dp:
+                continue
+            base = Layout(tp=tp, pp=pp, dp=dp, micro_batch=1, global_batch=global_batch)
+            split = base.stage_layers(model.layers)
+            vs = [1] + [v for v in range(2, MAX_VIRTUAL_STAGES + 1)
+                        if pp > 1 and all(n % v == 0 for n in split)]
+            for b, v, recompute, sp, kind, mode in product(
+                    MICRO_BATCHES, vs, RECOMPUTE, (False, True) if tp > 1 else (False,),
+                    attention, dp_modes):
+                if (global_batch // dp) % b or (mode != "allreduce" and dp == 1):
+                    continue
+                settings = {**system.layout_defaults(v, 1.0 if recompute == "full" else 0.0),
+                            "attention": kind,
+                            "dp_mode": mode}
+                yield Layout(tp=tp, pp=pp, dp=dp, micro_batch=b, global_batch=global_batch,
+                             virtual_stages=v, recompute=recompute, sequence_parallel=sp,
+                             **settings)
+
+
+def search(model: ModelConfig, gpus: int, global_batch: int, hw: Hardware, system: System,
+           attention: tuple[str, ...] = ATTENTION,
+           dp_modes: tuple[str, ...] = DP_MODES) -> SearchResult:
+    """Every fitting layout, fastest first."""
+    ranked, considered, too_big = [], 0, 0
+    for layout in layouts(model, gpus, global_batch, hw, system, attention, dp_modes):
+        considered += 1
+        mem = memory(model, layout, hw)
+        if not mem.fits:
+            too_big += 1
+            continue
+        ranked.append(Candidate(layout, estimate(model, hw, layout), mem))
+    ranked.sort(key=lambda c: c.estimate.iteration_time_s)
+    if considered == 0:
+        raise ValueError(f"no layout of {gpus} GPUs exists for this model and "
+                         f"global_batch={global_batch} (TP must split heads={model.heads} "
+                         f"within gpus_per_node={hw.gpus_per_node}; DP must divide the batch)")
+    return SearchResult(ranked, considered, too_big)

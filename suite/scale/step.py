@@ -1,0 +1,356 @@
+"""Iteration time of one layout: the terms, each with its formula, and the estimate.
+
+One slot is one micro-batch through one pipeline stage (forward + backward) on one GPU; the
+pipeline runs every stage at the slowest one's pace (1F1B, Narayanan et al. 2021 Sec. 3.1).
+A stage's slot:
+  GEMMs      each layer GEMM at its per-GPU shape (after TP; sequence parallelism all-gathers
+             before them, so shapes are the same), forward + input- and weight-gradient
+             GEMMs, each timed from its shape (``suite.scale.gemm``) / the fitted ceiling; full
+             recompute runs every forward GEMM again, selective the attention block's.
+  attention  unfused / fused_softmax: the Q K^T and P V batched GEMMs as above, and the s x s
+             scores written and read (bytes per score element, forward and backward, at HBM
+             bandwidth: ``SCORE_BYTES``; dropout adds its read, write and mask); recompute
+             repeats the forward's. flash, flash1: FlashAttention's FLOPs (causal: the kernel
+             skips the blocks above the diagonal, so half of the dense count; its backward runs
+             5 matmuls to the forward's 2: 2.5 x) at the kernel's published fraction of peak
+             (``Hardware.flash_fractions``); no scores in HBM; recompute re-runs its forward.
+  memory     element-wise work of a layer per token, in h-sized activations of 2 bytes: two
+             norms (read + write each), two residual adds (2 reads + 1 write), two dropouts
+             (read + write) when the model has dropout: forward 10 (+4), backward twice that;
+             sequence parallelism shards it over the TP ranks; full recompute repeats the
+             forward. The MLP activation on the ffn/tp hidden: GELU forward reads and writes
+             it (2 ffn), backward 3 ffn; a gated MLP (SwiGLU) reads two and writes one (3 ffn),
+             backward 5 ffn.
+  logits     the last stage's output GEMM (forward + backward, never recomputed) and its
+             cross entropy's HBM traffic per logit (``Layout.loss``: Megatron's unfused fp32
+             vocab-parallel loss 52 bytes, eager PyTorch on fp32-cast logits 36, a fused kernel
+             6; ``suite.scale.layout.LOSS_KINDS``).
+  TP         4 collectives of b*s*h activations per layer (6 with full recompute), ring bytes
+             2(t-1)/t each over NVLink, plus NCCL's latency; sequence parallelism moves the same
+             bytes as reduce-scatter + all-gather (Korthikanti et al. 2022 Sec. 4.2.2).
+  PP         the b*s*h/tp slice at each of the v*p - 1 chunk boundaries, forward and backward,
+             averaged over the stages, over the network.
+  FSDP       (dp_mode fsdp) per micro-batch: the stage's parameters all-gathered for the
+             forward and again for the backward (2 bytes, (d-1)/d of them), the gradients
+             reduce-scattered (grad_bytes); with prefetch (dp_overlap) each layer's traffic hides
+             under the previous layer's compute, so what shows is max(traffic - compute, one
+             layer's traffic).
+  slot       (GEMMs + attention + memory + exposed TP + exposed PP + exposed FSDP)
+             x (1 + straggler ln nodes).
+The iteration:
+  slots      m + (p-1)/v (interleaved 1F1B bubble) + (v-1)(p-r)/v when r = m mod p > 0.
+  DP         allreduce: ring all-reduce of the replica's gradients (grad_bytes) in buckets of
+             40M parameters; zero1/zero2: reduce-scatter of the gradients + all-gather of the
+             parameters (2 bytes), (d-1)/d each; over NVLink inside a node, else the NICs the
+             group's ranks of a node share (min(r x NIC, NVLink)); exposed = (1 - dp_overlap) of
+             it plus what of the overlapped part does not fit the window the schedule leaves (one
+             slot, plus the other v - 1 chunks of a group of min(m, p) micro-batches). fsdp: in
+             the slots above.
+  optimizer  Adam over the GPU's parameters (/ d when the optimizer state is sharded): 36 bytes
+             of HBM traffic per parameter.
+  iteration = slots x slot + exposed DP + optimizer.
+  MFU = tokens/s x model FLOPs per token / (GPUs x peak); HFU counts recompute.
+
+Each term can be switched off (``Terms``) to see what it adds. Fitted per system (``fit``): the
+GEMM ceiling and the straggler constant; nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from math import ceil, log, log2
+
+from suite.scale.checks import check_positive_int
+from suite.scale.gemm import forward_backward_time
+from suite.scale.hardware import Hardware
+from suite.scale.layout import LOSS_KINDS, Layout
+from suite.scale.model import ModelConfig
+
+# Bytes per attention-score element (b x heads/tp x s x s) when the scores are materialized:
+# (forward, backward) without dropout. fused_softmax (Megatron's scaled masked softmax): the
+# Q K^T GEMM writes the scores (2), the kernel reads them and writes probabilities (4), the P V
+# GEMM reads them (2); backward: the dP GEMM writes (2), the dV GEMM reads P (2), the softmax
+# backward reads dP and P and writes dS (6), the dQ and dK GEMMs read dS (4), plus the scale
+# and mask's gradient in the same kernel (4). unfused (eager PyTorch): scores written (2), the
+# scale, the causal mask and the softmax each read and write them (12), P V reads (2);
+# backward each of those three ops reads and writes a gradient (the softmax also its output),
+# 14, plus the GEMMs' 8.
+SCORE_BYTES = {"fused_softmax": (8, 18), "unfused": (16, 22)}
+DROPOUT_SCORE_BYTES = 5  # read 2, write 2, the 1-byte mask; forward and backward each
+ELEMENTWISE_FWD, DROPOUT_FWD = 10, 4  # h-sized activations per token: norms + residuals, dropouts
+ADAM_BYTES_PER_PARAM = 36
+DP_BUCKET_PARAMS = 40_000_000
+NCCL_BASE_LATENCY = 8.4e-6
+FLASH_BWD_MATMULS = 2.5  # FlashAttention's backward: 5 matmuls to the forward's 2
+
+
+@dataclass(frozen=True)
+class Terms:
+    """Which of the model's terms are on; each can be switched off to see what it adds."""
+    gemm_shape: bool = True
+    latency: bool = True
+    dp_window: bool = True
+    dp_nic_sharing: bool = True
+    uneven_bubble: bool = True
+    straggler: bool = True
+    stage_imbalance: bool = True
+    memory: bool = True
+    loss: bool = True
+    optimizer: bool = True
+
+    @classmethod
+    def none(cls) -> "Terms":
+        """Only compute, bubble and bandwidth-bound communication."""
+        return cls(**{f.name: False for f in fields(cls)})
+
+
+ALL_TERMS = Terms()
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One iteration, broken down; the *_s parts sum to ``iteration_time_s``."""
+    iteration_time_s: float
+    tokens_per_s: float
+    mfu: float
+    hfu: float
+    breakdown: dict[str, float] = field(default_factory=dict)
+
+
+# --- communication ---------------------------------------------------------------------------
+
+def ring_factor(n: int) -> float:
+    """Bytes each rank sends per byte of an all-reduce on a ring of n ranks: 2(n-1)/n."""
+    check_positive_int("n", n)
+    return 2 * (n - 1) / n
+
+
+def ring_latency(ranks: int, nodes: int, hw: Hardware) -> float:
+    """NCCL's ring all-reduce latency: base + 2(ranks-1) steps, 2(nodes-1) over the network."""
+    if ranks == 1:
+        return 0.0
+    steps, net_steps = 2 * (ranks - 1), 2 * (nodes - 1)
+    return (NCCL_BASE_LATENCY + net_steps * hw.network_latency_s
+            + (steps - net_steps) * hw.nvlink_latency_s)
+
+
+def tree_latency(ranks: int, nodes: int, hw: Hardware) -> float:
+    """NCCL's tree all-reduce latency: up and down log2(nodes) network hops, the ranks of a
+    node chained over NVLink."""
+    if ranks == 1:
+        return 0.0
+    return NCCL_BASE_LATENCY + 2 * (log2(nodes) * hw.network_latency_s
+                                    + (ranks / nodes - 1) * hw.nvlink_latency_s)
+
+
+def allreduce_latency(ranks: int, nodes: int, hw: Hardware) -> float:
+    """The cheaper of ring and tree, as NCCL's tuner picks for latency-bound sizes."""
+    return min(ring_latency(ranks, nodes, hw), tree_latency(ranks, nodes, hw))
+
+
+def tp_collectives_per_layer(full_recompute: float) -> float:
+    """2 forward + 2 backward, and the recomputed forward's 2 on the layers fully
+    recomputed (``Layout.full_recompute``: their share)."""
+    return 4 + 2 * full_recompute
+
+
+def dp_ranks_per_node(layout: Layout, hw: Hardware) -> int:
+    """Ranks of one DP group on a node: ranks are ordered TP fastest, then DP."""
+    return max(1, min(layout.dp, hw.gpus_per_node // layout.tp))
+
+
+def dp_bandwidth(layout: Layout, hw: Hardware, ranks_per_node: int) -> float:
+    """Per-rank rate of a DP ring whose ``ranks_per_node`` ranks of a node share its NICs (one
+    ring channel per NIC, each leaving the node once): r x NIC capped by NVLink; NVLink alone
+    when the group fits in a node."""
+    if ranks_per_node >= layout.dp:
+        return hw.nvlink_bw
+    return min(ranks_per_node * hw.network_bw, hw.nvlink_bw)
+
+
+def stage_params(model: ModelConfig, layout: Layout, layers: int) -> float:
+    """Parameters one GPU of a stage with ``layers`` layers holds before DP sharding; the
+    embeddings counted on every stage, spread (their share is small)."""
+    return (layers * model.layer_params + model.embedding_params / layout.pp) / layout.tp
+
+
+def dp_bytes_per_iteration(model: ModelConfig, layout: Layout, local_params: float) -> float:
+    """DP bytes a GPU sends once per iteration (0 for fsdp, which moves its bytes per
+    micro-batch)."""
+    d = layout.dp
+    if layout.dp_mode == "allreduce":
+        return ring_factor(d) * local_params * layout.grad_bytes
+    if layout.dp_mode in ("zero1", "zero2"):
+        return (d - 1) / d * local_params * (layout.grad_bytes + model.activation_bytes)
+    return 0.0
+
+
+def fsdp_bytes_per_microbatch(model: ModelConfig, layout: Layout, local_params: float) -> float:
+    """FSDP / ZeRO-3 per micro-batch: parameters all-gathered for the forward and the
+    backward, gradients reduce-scattered."""
+    d = layout.dp
+    return (d - 1) / d * local_params * (2 * model.activation_bytes + layout.grad_bytes)
+
+
+def uneven_bubble_slots(pp: int, virtual_stages: int, micro_batches: int) -> float:
+    """Extra idle slots of the interleaved schedule when m is not a multiple of p."""
+    r = micro_batches % pp
+    if r == 0 or virtual_stages == 1:
+        return 0.0
+    return (virtual_stages - 1) * (pp - r) / virtual_stages
+
+
+# --- one stage's work per micro-batch ---------------------------------------------------------
+
+@dataclass(frozen=True)
+class StageWork:
+    """Seconds one GPU of a stage spends per micro-batch; ``gemm`` at ceiling 1."""
+    gemm: float
+    attention: float  # flash kernels (not under the GEMM ceiling)
+    memory: float
+    tp: float
+    pp: float
+    fsdp: float
+
+
+def _layer_compute(model: ModelConfig, layout: Layout, hw: Hardware,
+                   terms: Terms) -> tuple[float, float, float]:
+    """(GEMM seconds at ceiling 1, flash seconds, HBM-bound seconds) of one layer."""
+    b, tp, kind = layout.micro_batch, layout.tp, layout.attention
+    full = layout.full_recompute
+    core_reruns = 1.0 if layout.recompute == "selective" else full
+    gemm = flash = 0.0
+    for g in model.layer_gemms(b, tp):
+        core = g.name in ("scores", "context")
+        if core and kind.startswith("flash"):
+            fwd_q, bwd_q = hw.flash_fractions(kind)
+            forward = g.flops / 2 / (hw.peak_flops * fwd_q)
+            backward = FLASH_BWD_MATMULS * g.flops / 2 / (hw.peak_flops * bwd_q)
+            flash += forward * (1 + core_reruns) + backward
+            continue
+        if terms.gemm_shape:
+            fwd, bwd = forward_backward_time(g, hw)
+        else:
+            fwd = g.flops / hw.peak_flops
+            bwd = 2 * fwd
+        gemm += fwd * (1 + (core_reruns if core else full)) + bwd
+    if not terms.memory:
+        return gemm, flash, 0.0
+    h, s, act = model.hidden, model.seq_len, model.activation_bytes
+    fwd_units = ELEMENTWISE_FWD + (DROPOUT_FWD if model.dropout else 0)
+    shard = tp if layout.sequence_parallel else 1
+    units = fwd_units * (3 + full) / shard
+    ffn = model.ffn_hidden / tp / h
+    act_fwd, act_bwd = (3 * ffn, 5 * ffn) if model.gated_mlp else (2 * ffn, 3 * ffn)
+    units += act_fwd * (1 + full) + act_bwd
+    memory = units * b * s * h * act / hw.hbm_bw
+    if kind in SCORE_BYTES:
+        fwd_b, bwd_b = SCORE_BYTES[kind]
+        if model.dropout:
+            fwd_b, bwd_b = fwd_b + DROPOUT_SCORE_BYTES, bwd_b + DROPOUT_SCORE_BYTES
+        scores = b * (model.heads / tp) * s * s
+        memory += scores * (fwd_b * (1 + core_reruns) + bwd_b) / hw.hbm_bw
+    return gemm, flash, memory
+
+
+def _logits_compute(model: ModelConfig, layout: Layout, hw: Hardware,
+                    terms: Terms) -> tuple[float, float]:
+    """(GEMM seconds at ceiling 1, loss HBM seconds) of the output layer per micro-batch."""
+    g = model.logits_gemm(layout.micro_batch, layout.tp)
+    if terms.gemm_shape:
+        fwd, bwd = forward_backward_time(g, hw)
+    else:
+        fwd, bwd = g.flops / hw.peak_flops, 2 * g.flops / hw.peak_flops
+    loss = LOSS_KINDS[layout.loss][0] * g.m * g.n / hw.hbm_bw if terms.loss else 0.0
+    return fwd + bwd, loss
+
+
+def stage_works(model: ModelConfig, layout: Layout, hw: Hardware,
+                terms: Terms = ALL_TERMS) -> list[StageWork]:
+    """Each pipeline stage's work per micro-batch on one GPU (first to last)."""
+    model.check_tp(layout.tp)
+    if layout.tp > hw.gpus_per_node:
+        raise ValueError(f"tp={layout.tp} spans nodes; the model keeps TP on NVLink, so tp must "
+                         f"be <= gpus_per_node={hw.gpus_per_node}")
+    split = layout.stage_layers(model.layers)
+    gemm, flash, memory = _layer_compute(model, layout, hw, terms)
+    logits_gemm, loss = _logits_compute(model, layout, hw, terms)
+    activation = layout.micro_batch * model.seq_len * model.hidden * model.activation_bytes
+    collectives = tp_collectives_per_layer(layout.full_recompute)
+    tp_layer = collectives * ring_factor(layout.tp) * activation / hw.nvlink_bw
+    if terms.latency and layout.tp > 1:
+        tp_layer += collectives * ring_latency(layout.tp, 1, hw)
+    pp = 0.0
+    if layout.pp > 1:
+        boundaries = layout.virtual_stages * layout.pp - 1
+        pp = 2 * boundaries / layout.pp * activation / layout.tp / hw.network_bw
+        if terms.latency:
+            pp += 2 * boundaries / layout.pp * (NCCL_BASE_LATENCY + hw.network_latency_s)
+    works = []
+    for i, layers in enumerate(split):
+        last = i == layout.pp - 1
+        if not terms.stage_imbalance:  # the output layer's work spread over the stages
+            share, layers = 1 / layout.pp, model.layers / layout.pp
+        else:
+            share = 1.0 if last else 0.0
+        stage_gemm = layers * gemm + share * logits_gemm
+        stage_memory = layers * memory + share * loss
+        stage_flash = layers * flash
+        fsdp = 0.0
+        if layout.dp_mode == "fsdp" and layout.dp > 1:
+            local = stage_params(model, layout, layers)
+            per_node = dp_ranks_per_node(layout, hw) if terms.dp_nic_sharing else 1
+            traffic = fsdp_bytes_per_microbatch(model, layout, local) / dp_bandwidth(
+                layout, hw, per_node)
+            compute = stage_gemm / hw.gemm_efficiency + stage_flash + stage_memory
+            hidden = max(traffic - compute, traffic / max(layers, 1))
+            fsdp = (1 - layout.dp_overlap) * traffic + layout.dp_overlap * hidden
+        works.append(StageWork(stage_gemm, stage_flash, stage_memory,
+                               (1 - layout.tp_overlap) * layers * tp_layer,
+                               (1 - layout.pp_overlap) * pp, fsdp))
+    return works
+
+
+def _slot(work: StageWork, hw: Hardware) -> float:
+    return work.gemm / hw.gemm_efficiency + work.attention + work.memory + work.tp + work.pp \
+        + work.fsdp
+
+
+def estimate(model: ModelConfig, hw: Hardware, layout: Layout,
+             terms: Terms = ALL_TERMS) -> Estimate:
+    """Iteration time, throughput, MFU and the breakdown of one layout on one machine."""
+    works = stage_works(model, layout, hw, terms)
+    slowest = max(works, key=lambda w: _slot(w, hw))
+    work = _slot(slowest, hw)
+    m, p, v = layout.micro_batches, layout.pp, layout.virtual_stages
+    slots = m + (p - 1) / v
+    if terms.uneven_bubble:
+        slots += uneven_bubble_slots(p, v, m)
+    nodes = max(1, ceil(layout.gpus / hw.gpus_per_node))
+    stretch = 1 + hw.straggler * log(nodes) if terms.straggler else 1.0
+    local = max(stage_params(model, layout, n) for n in layout.stage_layers(model.layers))
+    dp = 0.0
+    if layout.dp > 1 and layout.dp_mode != "fsdp":
+        per_node = dp_ranks_per_node(layout, hw) if terms.dp_nic_sharing else 1
+        dp = dp_bytes_per_iteration(model, layout, local) / dp_bandwidth(layout, hw, per_node)
+        if terms.latency:
+            dp_nodes = min(layout.dp, nodes) if per_node == 1 else ceil(layout.dp / per_node)
+            dp += ceil(local / DP_BUCKET_PARAMS) * allreduce_latency(layout.dp, dp_nodes, hw)
+    dp_exposed = (1 - layout.dp_overlap) * dp
+    if terms.dp_window and layout.dp_overlap > 0:
+        window = work * (1 + min(m, p) * (v - 1) / v)
+        dp_exposed += max(0.0, layout.dp_overlap * dp - window)
+    shard = layout.dp if layout.shards_optimizer else 1
+    optimizer = local / shard * ADAM_BYTES_PER_PARAM / hw.hbm_bw if terms.optimizer else 0.0
+    time = slots * work * stretch + dp_exposed + optimizer
+    tokens_per_s = layout.global_batch * model.seq_len / time
+    mfu = tokens_per_s * model.flops_per_token / (layout.gpus * hw.peak_flops)
+    hfu = (tokens_per_s * model.hardware_flops_per_token(layout.recompute)
+           / (layout.gpus * hw.peak_flops))
+    parts = {"gemm_s": m * slowest.gemm / hw.gemm_efficiency,
+             "attention_s": m * slowest.attention, "memory_s": m * slowest.memory,
+             "bubble_s": (slots - m) * work, "tp_exposed_s": m * slowest.tp,
+             "pp_exposed_s": m * slowest.pp, "fsdp_exposed_s": m * slowest.fsdp,
+             "dp_exposed_s": dp_exposed, "sync_s": slots * work * (stretch - 1),
+             "optimizer_s": optimizer}
+    return Estimate(time, tokens_per_s, mfu, hfu, parts)

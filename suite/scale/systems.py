@@ -1,0 +1,78 @@
+"""Training systems as the scale model sees them: what each hides behind compute, its attention
+kernel, how it shards over DP, its hardware. A run names its system; the system fills the
+layout fields the run leaves empty. Each system's two numbers are fitted on its declared rows
+(``suite.scale.datasets.CALIBRATION``, or ``--calibrate`` for a user's runs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from suite.scale.step import tp_collectives_per_layer
+
+
+@dataclass(frozen=True)
+class System:
+    hardware: str
+    tp_overlap: float = 0.0
+    pp_overlap: float = 0.0
+    dp_overlap: float = 0.0
+    dp_all_but_one_chunk: bool = False  # MegaScale: DP of v-1 of the v chunks hidden
+    tp_backward_only: bool = False  # the backward's 2 TP collectives per layer hidden
+    attention: str = "fused_softmax"
+    dp_mode: str = "allreduce"
+    grad_bytes: int = 4
+    loss: str = "megatron"
+
+    def layout_defaults(self, virtual_stages: int, full_recompute: float) -> dict:
+        """Layout fields this system sets unless a run sets them (``full_recompute``: the
+        share of layers fully recomputed)."""
+        dp = 1 - 1 / virtual_stages if self.dp_all_but_one_chunk else self.dp_overlap
+        tp = 2 / tp_collectives_per_layer(full_recompute) if self.tp_backward_only \
+            else self.tp_overlap
+        return {"tp_overlap": tp, "pp_overlap": self.pp_overlap, "dp_overlap": dp,
+                "attention": self.attention, "dp_mode": self.dp_mode,
+                "grad_bytes": self.grad_bytes, "loss": self.loss}
+
+
+SYSTEMS: dict[str, System] = {
+    # MegaScale's baseline: nothing overlapped (its Table 3 lists the overlaps as additions)
+    "Megatron-LM": System("A100"),
+    # MegaScale Sec. 3.3 and Table 3: TP/PP/DP overlap, FlashAttention-2
+    "MegaScale": System("A100", tp_overlap=1.0, pp_overlap=1.0, dp_all_but_one_chunk=True,
+                        attention="flash"),
+    "Megatron-LM 2021 (Selene)": System("A100"),
+    # 2022 code (Korthikanti et al.): the column-parallel linear's backward runs its TP
+    # all-reduce asynchronously under the gradient GEMMs (megatron/mpu/layers.py,
+    # LinearWithGradAccumulationAndAsyncCommunication, at commit 7f9a48ba8f); nothing else
+    "Megatron-LM 2022 (Selene)": System("A100", tp_backward_only=True),
+    # the README: --tp-comm-overlap, --overlap-grad-reduce/--overlap-param-gather (the latter
+    # exists only with the distributed optimizer), PP overlap; Transformer Engine's fused attention
+    "Megatron-Core r0.8 (H100)": System("H100", tp_overlap=1.0, pp_overlap=1.0, dp_overlap=1.0,
+                                        attention="flash", dp_mode="zero1"),
+    # llm-foundry's benchmarks (scripts/train/benchmarking): Composer FSDP with forward and
+    # backward prefetch (limit_all_gathers), the Triton or flash-attn FlashAttention kernel,
+    # flash-attn's fused cross entropy (the yamls' loss_fn: fused_crossentropy), no TP or PP;
+    # A100 nodes on 1600 Gb/s RoCE (25 GB/s per GPU), H100 nodes unstated (the preset's
+    # 50 GB/s per GPU assumed)
+    "llm-foundry (A100-40GB)": System("A100-40GB", dp_overlap=1.0, attention="flash",
+                                      dp_mode="fsdp", loss="fused"),
+    "llm-foundry (A100-80GB)": System("A100-80GB", dp_overlap=1.0, attention="flash",
+                                      dp_mode="fsdp", loss="fused"),
+    "llm-foundry (H100)": System("H100", dp_overlap=1.0, attention="flash", dp_mode="fsdp",
+                                 loss="fused"),
+    # torchtitan (2024, docs/performance.md): FSDP2 with prefetch, SDPA's flash kernel, the
+    # loss on fp32-cast logits (train.py: cross_entropy(pred.float(), ...))
+    "torchtitan (A100)": System("A100-80GB", dp_overlap=1.0, attention="flash", dp_mode="fsdp",
+                                loss="eager"),
+    # BLOOM-176B (bigscience tr11): Megatron-DeepSpeed, DeepSpeed's BF16 optimizer sharding the
+    # optimizer state (ZeRO-1) with fp32 gradients, Megatron's fused softmax, nothing overlapped
+    "Megatron-DeepSpeed (BLOOM, Jean Zay)": System("A100-80GB", dp_mode="zero1"),
+}
+
+
+def system(name: str) -> System:
+    try:
+        return SYSTEMS[name]
+    except KeyError:
+        raise ValueError(f"system {name!r} is not one of {sorted(SYSTEMS)}") from None

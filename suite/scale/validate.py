@@ -1,0 +1,119 @@
+"""Fit each system on its declared rows, predict every other row, and score the predictions:
+per dataset and system, on the rows not fitted, the mean, signed mean and max relative
+iteration-time error, the share within 10%, MFU errors in points, and within layout sweeps
+(groups of one model, sequence length and GPU count with 2+ measured layouts, compared on time
+per sequence, as their batches may differ) the Spearman rank correlation of predicted and
+measured time (groups of 3+) and the top-1 regret (the measured time of the layout the model
+ranks first over the measured best).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from math import nan
+
+import pandas as pd
+from scipy.stats import spearmanr
+
+from suite.scale.fit import fit_system
+from suite.scale.hardware import Hardware
+from suite.scale.runs import Run
+from suite.scale.step import ALL_TERMS, Terms, estimate
+
+Calibration = dict[str, tuple[tuple[str, str], ...]]  # system -> ((dataset, id), ...)
+
+
+def fit(runs: list[Run], calibration: Calibration, terms: Terms = ALL_TERMS
+        ) -> dict[str, tuple[float, float]]:
+    """Each system's (gemm_efficiency, straggler), from its declared runs only."""
+    by_key = {(r.dataset, r.id, r.system): r for r in runs}
+    fitted = {}
+    for system in sorted({r.system for r in runs}):
+        if system not in calibration:
+            raise ValueError(f"system {system!r} declares no calibration runs; declared: "
+                             f"{sorted(calibration)}")
+        rows = []
+        for dataset, rid in calibration[system]:
+            run = by_key.get((dataset, rid, system))
+            if run is None or run.iteration_time_s is None:
+                raise ValueError(f"{system}: calibration run {dataset}/{rid!r} is not a run "
+                                 "with a measured iteration time")
+            rows.append((run.model, run.layout, run.hardware, run.iteration_time_s))
+        fitted[system] = fit_system(rows, terms)
+    return fitted
+
+
+def fitted_hardware(run: Run, fits: dict[str, tuple[float, float]]) -> Hardware:
+    eff, straggler = fits[run.system]
+    return replace(run.hardware, gemm_efficiency=eff, straggler=straggler)
+
+
+def predict(runs: list[Run], calibration: Calibration, terms: Terms = ALL_TERMS) -> pd.DataFrame:
+    """One row per run: measured and predicted iteration time and MFU, the errors (predicted -
+    measured), the breakdown, whether the run was fitted, and the fitted numbers."""
+    fits = fit(runs, calibration, terms)
+    out = []
+    for run in runs:
+        hw = fitted_hardware(run, fits)
+        est = estimate(run.model, hw, run.layout, terms)
+        time = nan if run.iteration_time_s is None else run.iteration_time_s
+        mfu = nan if run.mfu_percent is None else run.mfu_percent
+        lay = run.layout
+        out.append({
+            "dataset": run.dataset, "system": run.system, "label": run.id, "group": run.group,
+            "gpu": run.hardware.name, "gpus": run.gpus, "batch_size": lay.global_batch,
+            "tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "virtual_stages": lay.virtual_stages,
+            "micro_batch": lay.micro_batch, "recompute": lay.recompute,
+            "sequence_parallel": lay.sequence_parallel, "attention": lay.attention,
+            "dp_mode": lay.dp_mode,
+            "paper_iteration_time_s": time, "predicted_iteration_time_s": est.iteration_time_s,
+            "iteration_time_rel_error": (est.iteration_time_s - time) / time,
+            "paper_mfu_percent": mfu, "predicted_mfu_percent": 100 * est.mfu,
+            "mfu_error_points": 100 * est.mfu - mfu,
+            **est.breakdown,
+            "calibration": (run.dataset, run.id) in calibration.get(run.system, ()),
+            "gemm_efficiency": hw.gemm_efficiency, "straggler": hw.straggler,
+        })
+    return pd.DataFrame(out)
+
+
+def rank_metrics(rows: pd.DataFrame, predicted: str = "predicted_iteration_time_s"
+                 ) -> tuple[float, float, int]:
+    """(mean Spearman over groups of 3+, mean top-1 regret over groups of 2+, groups of 2+) of
+    the measured times against the ``predicted`` column."""
+    rhos, regrets = [], []
+    timed = rows[rows.paper_iteration_time_s.notna()]
+    for _, g in timed.groupby("group"):
+        if len(g) < 2:
+            continue
+        measured = g.paper_iteration_time_s / g.batch_size
+        model = g[predicted] / g.batch_size
+        regrets.append(measured[model.idxmin()] / measured.min() - 1)
+        if len(g) >= 3 and model.nunique() > 1:
+            rhos.append(spearmanr(model, measured).statistic)
+    mean = (lambda xs: sum(xs) / len(xs) if xs else nan)
+    return mean(rhos), mean(regrets), len(regrets)
+
+
+def summarize(predictions: pd.DataFrame, predicted: str = "predicted_iteration_time_s"
+              ) -> pd.DataFrame:
+    """Per dataset and system, on the runs not fitted: the errors and rank metrics above."""
+    held = predictions[~predictions.calibration.astype(bool)]
+    if held.empty:
+        raise ValueError("predictions has no held-out rows to summarize")
+    rows = []
+    for (dataset, system), g in held.groupby(["dataset", "system"], sort=False):
+        err = (g[predicted] - g.paper_iteration_time_s) / g.paper_iteration_time_s
+        err = err.dropna()
+        points = g.mfu_error_points.dropna() if predicted == "predicted_iteration_time_s" \
+            else pd.Series(dtype=float)
+        rho, regret, groups = rank_metrics(g, predicted)
+        rows.append({"dataset": dataset, "system": system, "runs": len(g),
+                     "time_mean_abs_pct": 100 * err.abs().mean() if len(err) else nan,
+                     "time_max_abs_pct": 100 * err.abs().max() if len(err) else nan,
+                     "time_mean_signed_pct": 100 * err.mean() if len(err) else nan,
+                     "within_10pct": (err.abs() <= 0.10).mean() if len(err) else nan,
+                     "mfu_mean_abs_points": points.abs().mean() if len(points) else nan,
+                     "mfu_mean_signed_points": points.mean() if len(points) else nan,
+                     "sweeps": groups, "spearman": rho, "top1_regret_pct": 100 * regret})
+    return pd.DataFrame(rows)
