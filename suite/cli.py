@@ -158,35 +158,12 @@ def main(argv: list[str] | None = None) -> int:
     cmp.add_argument("--out", type=Path, help="also write the Markdown table here")
 
     scale = sub.add_parser("scale-table", help="the cluster-scale model against every published "
-                                               "run (MegaScale, Narayanan 2021, Megatron H100) "
-                                               "-> CSV")
+                                               "run, llm-analysis beside it -> CSV")
     _paper_argument(scale)
     scale.add_argument("--out", type=Path, required=True)
 
-    from suite.scale_model import HARDWARE, RECOMPUTE  # torch-free
-    whatif = sub.add_parser("scale-model", help="what-if: a GPT shape and 3D layout on a GPU "
-                                                "cluster -> iteration time, tokens/s, MFU and "
-                                                "the breakdown")
-    for name, default in (("layers", 96), ("hidden", 12288), ("heads", 96), ("seq-len", 2048),
-                          ("vocab", 51200), ("gpus", 1024), ("tp", 8), ("pp", 8),
-                          ("vp", 1), ("micro-batch", 1), ("global-batch", 1536)):
-        whatif.add_argument(f"--{name}", type=int, default=default,
-                            help=f"(default {default})")
-    whatif.add_argument("--recompute", choices=RECOMPUTE, default="none")
-    whatif.add_argument("--sequence-parallel", action="store_true")
-    whatif.add_argument("--flash-attention", action=argparse.BooleanOptionalAction,
-                        help="default: what the system uses")
-    whatif.add_argument("--distributed-optimizer", action=argparse.BooleanOptionalAction,
-                        help="default: what the system uses")
-    whatif.add_argument("--hardware", choices=sorted(HARDWARE), default="H100")
-    whatif.add_argument("--system", default="Megatron-Core r0.8 (H100)",
-                        help="whose overlaps, attention, optimizer and fitted numbers to use; "
-                             "one of suite.scale_datasets.SYSTEMS")
-    whatif.add_argument("--gemm-efficiency", type=float, help="instead of the system's fit")
-    whatif.add_argument("--straggler", type=float, help="instead of the system's fit")
-    whatif.add_argument("--paper-dir", type=Path, default=Path("results/paper"),
-                        help="the published runs the system is fitted on (results/paper)")
-    whatif.add_argument("--json", action="store_true", help="JSON instead of a table")
+    from suite.scale import command as scale_command  # torch-free
+    scale_command.add_parser(sub)
 
     report = sub.add_parser("report", help="tidy CSVs + figures + analyses of every machine "
                                            "folder -> HTML report")
@@ -600,7 +577,7 @@ def _noisy(args: argparse.Namespace) -> int:
 
 
 def _scale_table(args: argparse.Namespace) -> int:
-    from suite.scale_datasets import validation_table
+    from suite.scale.datasets import validation_table
 
     table = validation_table(_paper_tables("llm_scale", args.paper))
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -609,19 +586,9 @@ def _scale_table(args: argparse.Namespace) -> int:
 
 
 def _scale_model(args: argparse.Namespace) -> int:
-    from suite.scale_whatif import as_text, what_if
+    from suite.scale import command
 
-    result = what_if(layers=args.layers, hidden=args.hidden, heads=args.heads,
-                     seq_len=args.seq_len, vocab=args.vocab, gpus=args.gpus, tp=args.tp,
-                     pp=args.pp, micro_batch=args.micro_batch, global_batch=args.global_batch,
-                     virtual_stages=args.vp, recompute=args.recompute,
-                     sequence_parallel=args.sequence_parallel,
-                     flash_attention=args.flash_attention,
-                     distributed_optimizer=args.distributed_optimizer, hardware=args.hardware,
-                     system=args.system, gemm_efficiency=args.gemm_efficiency,
-                     straggler=args.straggler, paper_dir=args.paper_dir)
-    print(json.dumps(result, indent=1) if args.json else as_text(result))
-    return 0
+    return command.run(args)
 
 
 def _publish(args: argparse.Namespace) -> int:

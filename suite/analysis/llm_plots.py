@@ -13,18 +13,25 @@ DATASET_NAMES = {"megascale_table2": "MegaScale Table 2 (175B)",
                  "megascale_fig9": "MegaScale Fig. 9 (530B)",
                  "narayanan2021": "Narayanan 2021 Table 1",
                  "megatron_h100": "Megatron-LM README, H100",
-                 "korthikanti2022": "Korthikanti 2022 Table 5"}
-DATASET_COLORS = dict(zip(DATASET_NAMES, ("C0", "C1", "C2", "C3", "C4")))
-BREAKDOWN = [("compute_s", "compute", "tab:blue"), ("bubble_s", "bubble", "tab:gray"),
+                 "korthikanti2022": "Korthikanti 2022 Table 5",
+                 "llmfoundry_mpt": "llm-foundry MPT (FSDP)",
+                 "torchtitan_llama": "torchtitan Llama (FSDP2)",
+                 "bloom176b": "BLOOM-176B log"}
+DATASET_COLORS = dict(zip(DATASET_NAMES, (f"C{i}" for i in range(10))))
+BREAKDOWN = [("gemm_s", "GEMMs", "tab:blue"), ("attention_s", "flash attention", "tab:cyan"),
+             ("memory_s", "memory-bound", "tab:green"), ("bubble_s", "bubble", "tab:gray"),
              ("tp_exposed_s", "TP", "tab:orange"), ("pp_exposed_s", "PP", "tab:brown"),
-             ("dp_exposed_s", "DP", "tab:red"), ("sync_s", "sync (straggler)", "tab:purple"),
-             ("optimizer_s", "optimizer", "tab:olive")]
+             ("fsdp_exposed_s", "FSDP", "tab:pink"), ("dp_exposed_s", "DP", "tab:red"),
+             ("sync_s", "sync (straggler)", "tab:purple"), ("optimizer_s", "optimizer",
+                                                           "tab:olive")]
+PEER_COLUMN = "peer_fitted_time_s"
 
 
 def scale_figure(data: FigureData, out: Path) -> list[Path]:
     """The cluster-scale model against every published run: predicted vs published iteration
     time (fitted runs ringed), the breakdown of MegaScale Table 2's iterations per GPU count,
-    and the signed error of every held-out run per dataset (one-sided bias shows as a side)."""
+    and the signed error of every held-out run per dataset (one-sided bias shows as a side),
+    with llm-analysis's (fitted on the same rows) beside each dataset."""
     table = data.table
     fig, axes = plt.subplots(1, 3, figsize=(17, 4.8), constrained_layout=True,
                              gridspec_kw={"width_ratios": [1, 1.4, 1]})
@@ -69,15 +76,23 @@ def scale_figure(data: FigureData, out: Path) -> list[Path]:
         unit = "%"
         if err.isna().all():  # Fig. 9: MFU only
             err, unit = -g.mfu_error_points, "MFU points (sign flipped)"
-        jitter = [i + 0.08 * ((k % 5) - 2) for k in range(len(err))]
-        ax.scatter(jitter, err, s=14, color=DATASET_COLORS.get(dataset, "k"))
-        ax.plot([i - 0.3, i + 0.3], [err.mean()] * 2, "k-", lw=1.5)
-        ax.annotate(f"mean {err.mean():+.1f} {unit}", (i, err.max()), fontsize=6,
+        jitter = [i - 0.12 + 0.05 * ((k % 5) - 2) for k in range(len(err))]
+        ax.scatter(jitter, err.clip(-60, 60), s=10, color=DATASET_COLORS.get(dataset, "k"),
+                   label="scale model" if i == 0 else None)
+        ax.plot([i - 0.3, i + 0.05], [err.mean()] * 2, "k-", lw=1.5)
+        ax.annotate(f"{err.mean():+.1f} {unit}", (i, min(err.max(), 60)), fontsize=6,
                     ha="center", va="bottom", xytext=(0, 3), textcoords="offset points")
+        if PEER_COLUMN in g and g[PEER_COLUMN].notna().any() and unit == "%":
+            peer = 100 * (g[PEER_COLUMN] - g.paper_iteration_time_s) / g.paper_iteration_time_s
+            ax.scatter([i + 0.18] * len(peer), peer.clip(-60, 60), s=10, marker="x",
+                       color="0.5", label="llm-analysis (same rows fitted)" if i == 0 else None)
+            ax.plot([i + 0.08, i + 0.3], [peer.mean()] * 2, color="0.5", lw=1.5)
     ax.axhline(0, color="k", lw=0.8)
+    ax.set_ylim(-65, 65)
+    ax.legend(fontsize=6, loc="lower left")
     ax.set_xticks(range(len(names)), [DATASET_NAMES.get(n, n) for n in names], rotation=20,
                   ha="right", fontsize=7)
-    ax.set(ylabel="model - published (% of iteration time)",
+    ax.set(ylabel="model - published (% of iteration time; clipped at 60)",
            title="held-out runs: signed error (+ = model too slow)")
     fig.suptitle("Cluster-scale model: two numbers fitted per system on its declared runs; "
                  "every other run predicted")

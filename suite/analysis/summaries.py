@@ -9,15 +9,25 @@ from suite.analysis.analyze import AnalysisInputs
 
 
 def llm_scale(inputs: AnalysisInputs) -> str:
-    """The model's error on the runs it was not fitted to, per dataset and system."""
-    from suite.scale_datasets import summarize
+    """The model's error on the runs it was not fitted to, per dataset and system, with
+    llm-analysis's (fitted on the same rows) beside it."""
+    from suite.scale.validate import summarize
 
+    table = inputs.table
+    peer = summarize(table, "peer_fitted_time_s") if "peer_fitted_time_s" in table and \
+        table.peer_fitted_time_s.notna().any() else None
     parts = []
-    for r in summarize(inputs.table).itertuples():
+    for i, r in enumerate(summarize(table).itertuples()):
         part = f"{r.dataset} / {r.system} ({r.runs} runs): "
         if pd.notna(r.time_mean_abs_pct):
             part += (f"iteration time off by {r.time_mean_abs_pct:.1f}% on average "
                      f"(max {r.time_max_abs_pct:.1f}%, signed mean {r.time_mean_signed_pct:+.1f}%)")
+            if r.sweeps:
+                part += (f", {r.sweeps} layout sweep(s): top-1 regret {r.top1_regret_pct:.1f}%"
+                         + (f", Spearman {r.spearman:.2f}" if pd.notna(r.spearman) else ""))
+            if peer is not None and pd.notna(peer.time_mean_abs_pct.iloc[i]):
+                part += (f"; llm-analysis {peer.time_mean_abs_pct.iloc[i]:.1f}% (signed "
+                         f"{peer.time_mean_signed_pct.iloc[i]:+.1f}%)")
         else:
             part += (f"MFU off by {r.mfu_mean_abs_points:.1f} points on average (signed "
                      f"{r.mfu_mean_signed_points:+.1f})")

@@ -214,17 +214,20 @@ _SPECS = [
                "mpt": "llmfoundry_mpt_throughput.csv",
                "torchtitan": "torchtitan_llama_throughput.csv",
                "bloom": "bloom176b_training_log.csv"},
-        note="An analytical model of 3D-parallel training: GEMMs at a fitted efficiency, "
-             "memory-bound element-wise and attention-score traffic, the interleaved pipeline "
-             "bubble (and its extra when micro-batches are not a multiple of the stages), "
-             "TP/PP/DP communication with NCCL's latencies and each system's overlap, "
-             "recompute and sequence parallelism, and a straggler stretch growing with "
-             "ln(nodes). Two numbers per system (GEMM efficiency, straggler constant) are "
-             "fitted on its two declared runs (ringed); every other run is a prediction: "
-             "MegaScale Table 2 and Figure 9, Narayanan et al. 2021 Table 1 (Selene), the "
-             "Megatron-LM README's H100 scaling, and Korthikanti et al. 2022 Table 5 (full "
-             "against selective recompute with sequence parallelism). Formulas, sources and "
-             "assumptions: suite/scale_model.py and suite/scale_datasets.py."),
+        note="An analytical model of 3D-parallel and sharded training: each GEMM timed from "
+             "its per-GPU shape (tile and wave quantization, short K, the HBM roofline) under "
+             "one fitted ceiling, FlashAttention at its published throughput or materialized "
+             "scores, memory-bound element-wise and loss traffic, the interleaved pipeline "
+             "bubble (uneven stages, the uneven bubble), TP/PP/DP/FSDP communication with "
+             "NCCL's latencies and each system's overlap, recompute, sequence parallelism, a "
+             "straggler stretch growing with ln(nodes), and a memory model that marks layouts "
+             "that cannot fit. Two numbers per system (GEMM ceiling, straggler constant) are "
+             "fitted on its declared runs (ringed); every other run is a prediction, with "
+             "llm-analysis 0.2.2 fitted on the same rows beside it: MegaScale Table 2 and "
+             "Figure 9, Narayanan et al. 2021 (Selene), the Megatron-LM README's H100 scaling, "
+             "Korthikanti et al. 2022, llm-foundry's MPT benchmarks (FSDP), torchtitan's "
+             "Llama runs (GQA, SwiGLU, FSDP2) and BLOOM-176B's training log. Formulas, sources "
+             "and assumptions: suite/scale/ (docs/scale-model.md)."),
     ExperimentSpec(
         "vwn_scaling",
         "Virtual Width Networks: one backbone at expansions r = n/m, held-out loss vs tokens, "

@@ -319,3 +319,17 @@ def all_runs(paper: dict[str, pd.DataFrame]) -> list[Run]:
 def load_paper(paper_dir: Path) -> dict[str, pd.DataFrame]:
     """Every dataset's CSV from a folder (``results/paper``)."""
     return {role: pd.read_csv(Path(paper_dir) / name) for role, name in PAPER_ROLES.items()}
+
+
+def validation_table(paper: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """The llm_scale experiment's tidy table: every published run predicted by the scale model
+    and by its peer (``suite.scale.peer``), each fitted on the same declared rows."""
+    from suite.scale import peer
+    from suite.scale.validate import predict
+
+    runs = all_runs(paper)
+    table = predict(runs, CALIBRATION).merge(peer.predict(runs, CALIBRATION),
+                                             on=["dataset", "system", "label"])
+    table.insert(0, "experiment", "llm_scale")
+    table["status"] = "ok"
+    return table

@@ -148,11 +148,13 @@ class ModelConfig:
 
     @property
     def embedding_params(self) -> float:
-        """Token (and learned position) embeddings; the output head when untied; final norm."""
+        """Token (and learned position) embeddings; the output head when untied; the final
+        norm (a weight, and a bias for LayerNorm)."""
         h = self.hidden
         positions = self.seq_len * h if self.position_embeddings else 0
         head = 0 if self.tied_embeddings else self.vocab * h
-        return float(self.vocab * h + positions + head + 2 * h)
+        norm = h if self.norm == "rmsnorm" else 2 * h
+        return float(self.vocab * h + positions + head + norm)
 
     @property
     def n_params(self) -> float:

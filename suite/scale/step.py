@@ -66,19 +66,18 @@ from suite.scale.hardware import Hardware
 from suite.scale.layout import LOSS_KINDS, Layout
 from suite.scale.model import ModelConfig
 
-# Bytes per attention-score element (b x heads/tp x s x s) when the scores are materialized:
-# (forward, backward) without dropout. fused_softmax (Megatron's scaled masked softmax): the
-# Q K^T GEMM writes the scores (2), the kernel reads them and writes probabilities (4), the P V
-# GEMM reads them (2); backward: the dP GEMM writes (2), the dV GEMM reads P (2), the softmax
-# backward reads dP and P and writes dS (6), the dQ and dK GEMMs read dS (4), plus the scale
-# and mask's gradient in the same kernel (4). unfused (eager PyTorch): scores written (2), the
-# scale, the causal mask and the softmax each read and write them (12), P V reads (2);
-# backward each of those three ops reads and writes a gradient (the softmax also its output),
-# 14, plus the GEMMs' 8.
-SCORE_BYTES = {"fused_softmax": (8, 18), "unfused": (16, 22)}
+# Bytes per attention-score element (b x heads/tp x s x s) of the kernels between the attention
+# GEMMs when the scores are materialized: (forward, backward) without dropout. The GEMMs' own
+# reads and writes of the scores (Q K^T writes them, P V reads them; in the backward dP is
+# written, P and dS read) are in their time (``suite.scale.gemm``), not here. fused_softmax
+# (Megatron's scaled masked softmax): one kernel reads the scores and writes probabilities (4);
+# backward it reads dP and P and writes dS (6). unfused (eager PyTorch): the scale, the causal
+# mask and the softmax each read and write them (12); backward each reads and writes a gradient,
+# the softmax also its output (14).
+SCORE_BYTES = {"fused_softmax": (4, 6), "unfused": (12, 14)}
 DROPOUT_SCORE_BYTES = 5  # read 2, write 2, the 1-byte mask; forward and backward each
 ELEMENTWISE_FWD, DROPOUT_FWD = 10, 4  # h-sized activations per token: norms + residuals, dropouts
-ADAM_BYTES_PER_PARAM = 36
+ADAM_BYTES_PER_PARAM = 42
 DP_BUCKET_PARAMS = 40_000_000
 NCCL_BASE_LATENCY = 8.4e-6
 FLASH_BWD_MATMULS = 2.5  # FlashAttention's backward: 5 matmuls to the forward's 2

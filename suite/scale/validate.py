@@ -117,3 +117,25 @@ def summarize(predictions: pd.DataFrame, predicted: str = "predicted_iteration_t
                      "mfu_mean_signed_points": points.mean() if len(points) else nan,
                      "sweeps": groups, "spearman": rho, "top1_regret_pct": 100 * regret})
     return pd.DataFrame(rows)
+
+
+def user_system(runs: list[Run], name: str, ids: list[str]) -> tuple[list[Run], Calibration]:
+    """A user's runs as one new system ``name``, calibrated on exactly the rows ``ids`` (one or
+    two, each with a measured iteration time or tokens/s)."""
+    if not 1 <= len(ids) <= 2:
+        raise ValueError(f"--calibrate names {len(ids)} rows; a system fits one or two")
+    runs = [replace(r, system=name) for r in runs]
+    by_id: dict[str, list[Run]] = {}
+    for r in runs:
+        by_id.setdefault(r.id, []).append(r)
+    keys = []
+    for rid in ids:
+        found = by_id.get(rid, [])
+        if len(found) != 1:
+            raise ValueError(f"--calibrate {rid!r}: " + ("no row has this id" if not found else
+                             f"{len(found)} rows have this id (in datasets "
+                             f"{sorted(r.dataset for r in found)})") + f"; ids: {sorted(by_id)}")
+        if found[0].iteration_time_s is None:
+            raise ValueError(f"--calibrate {rid!r}: the row has no measured time (only MFU)")
+        keys.append((found[0].dataset, rid))
+    return runs, {name: tuple(keys)}
