@@ -12,7 +12,7 @@ from suite.experiments.llm_plan import jobs
 from suite.experiments.llm_train import run_training
 from suite.records import write_record
 from suite.report.render import render_report
-from suite.scale_datasets import load_paper, validation_table
+from suite.scale.datasets import load_paper, validation_table
 
 CONFIG = {"llm": {
     "train": {"seq_len": 16, "global_batch": 2, "steps": 4, "warmup_steps": 1, "threads": 1},
@@ -85,4 +85,9 @@ def test_figures_and_report_sections(ablation, tmp_path):
     assert "LAMB with batch 6" in html and "held-out loss of AdamW with batch 2" in html
     assert "Held-out error: megascale_table2 / Megatron-LM (6 runs): iteration time off by" in html
     assert "narayanan2021 / Megatron-LM 2021 (Selene) (8 runs)" in html
+    # every dataset of the table, each timed one with llm-analysis (same rows fitted) beside it
+    for dataset in scale.dataset.unique():
+        assert f"{dataset} / " in html, dataset
+    timed = scale[~scale.calibration & scale.paper_iteration_time_s.notna()]
+    assert html.count("; llm-analysis ") == timed.groupby(["dataset", "system"]).ngroups
     assert html.count('<h2 id="llm_') == 3

@@ -21,7 +21,7 @@ from suite.ports import free_port
 from suite.records import Record, Status, write_record
 from suite.report.render import render_report
 from suite.env import REPO_ROOT
-from suite.scale_datasets import load_paper, validation_table
+from suite.scale.datasets import load_paper, validation_table
 from suite.stats import summarize
 
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")

@@ -16,14 +16,29 @@ Datasets (``results/paper/``, sources in SOURCES.md):
   GPUs to 1T on 512, each with full recompute and with selective recompute + sequence
   parallelism, no DP; and its Sec. 6.3 / abstract 530B runs at 8-way DP (2240 GPUs; the
   full-recompute one as MFU only, its time from that MFU).
+- ``llmfoundry_mpt`` (added for issue 27): llm-foundry's MPT benchmarks, 125M to 70B with FSDP
+  on 8 to 512 A100-40GB, A100-80GB and H100 GPUs, sequences of 512 to 65536, micro-batch and
+  recompute per row; iteration time = global batch x sequence / the published tokens/s.
+- ``torchtitan_llama`` (issue 27): torchtitan's Llama 3 8B/70B and Llama 2 13B/70B on 64
+  A100-80GB with FSDP2 (GQA, SwiGLU, untied, RMSNorm), tokens/s per GPU published.
+- ``bloom176b`` (issue 27): BLOOM-176B's training log (Megatron-DeepSpeed, TP 4, PP 12, DP 8,
+  384 A100-80GB on Jean Zay), iteration times logged.
 
 Each dataset becomes rows of the runs schema (``suite.scale.runs``), the same path a user's
-runs take: the model, the layout, the GPU preset and the published iteration time and MFU. What a paper leaves unsaid is an assumption, declared here:
+runs take: the model, the layout, the GPU preset and the published iteration time and MFU.
+What a paper leaves unsaid is an assumption, declared here:
 - MegaScale: TP 8, PP 8, v 6 for 175B, TP 8, PP 35, v 3 for 530B (its Table 1), micro-batch 1,
   DP = the rest; Megatron-LM overlaps nothing (MegaScale's Table 3 lists TP, PP and DP overlap
   as MegaScale's additions); MegaScale hides TP and PP fully and DP but one of v chunks.
   Figure 9's batch grows with the GPUs from 1920 sequences at 2240 (MT-NLG's batch on this
-  layout, Smith et al. 2022). Gradients reduced in fp32.
+  layout, Smith et al. 2022). Gradients reduced in fp32. Memory (issue 27): without
+  recompute or sequence parallelism the 175B layout holds 73 GB of activations on its first
+  stage (Korthikanti et al.'s Eq. 2 with 1F1B's in-flight micro-batches), 122 GB in all: it
+  cannot have run so. Both systems run sequence parallelism (Korthikanti et al.'s, in
+  Megatron since 2022) and Megatron-LM, whose attention materializes its scores, selective
+  recompute, the least that fits 80 GB; MegaScale's FlashAttention fits without recompute.
+  This changed the first declaration (none of either) when the memory model came, before
+  the predictions of this round were compared.
 - Narayanan 2021: micro-batch and layers per virtual stage from NVIDIA's reproduction script
   (examples/sc21/run_table_1.sh; rows without a virtual-stage flag run v = 1), full recompute
   of every layer (the script's uniform checkpointing of 1 layer; Eq. (3) counts it), no
@@ -60,6 +75,26 @@ runs take: the model, the layout, the GPU preset and the published iteration tim
   rows once with v = 1 for every model (8-16% too slow, the excess all bubble), before the
   paper's text on v was read; that run was not kept, and nothing here was changed after this
   round's comparison.
+- llm-foundry MPT (issue 27; written before predicting): MPT's shapes from its yamls (vocab
+  50368, tied, learned positions, biases, GELU of 4h, MHA), no dropout (the yamls' p 0), FSDP
+  FULL_SHARD as ``fsdp``, SHARD_GRAD_OP as ``zero2`` (parameters gathered once per micro-batch,
+  optimizer state and gradients sharded), forward and backward prefetch (dp_overlap 1); the
+  gradients reduced in fp32 for Composer's DEFAULT mixed precision, in bf16 for PURE; the
+  Triton attention kernel (attn_impl triton) and flash-attn 2 on H100 as ``flash1``,
+  flash-attn 2 on A100 as ``flash``; flash-attn's fused cross entropy; A100 nodes' 1600 Gb/s
+  RoCE (25 GB/s per GPU, the preset), H100 nodes unstated (the preset's 50 GB/s per GPU);
+  8 GPUs per node. The FP8 rows are left out: the model has no FP8 GEMMs.
+- torchtitan (issue 27): the A100-80GB bf16 rows only (the H100 ones ran on 96 or 94 GB parts
+  at 500 W or less, whose peak is not published, or with float8 linears); sequences 8192
+  (Llama 3) and 4096 (Llama 2), confirmed by the published MFU; FSDP2 with prefetch, SDPA's
+  flash kernel, the loss on fp32-cast logits (``eager``); its selective checkpointing (the
+  "layer" variant checkpoints every 2nd block, the "op" variant recomputes every 2nd matmul)
+  as full recompute of half the layers; none and full as published.
+- BLOOM-176B (issue 27): the tr11 config: 70 layers, h 14336, 112 heads, vocab 250880 padded,
+  tied, ALiBi (no position table), no dropout, TP 4, PP 12, DP 8, micro-batch 2, full
+  recompute, Megatron's fused softmax, DeepSpeed's BF16 optimizer (ZeRO-1 sharded state, fp32
+  gradients), nothing overlapped; Jean Zay's 4 x 100 Gb/s Omni-Path per node (6.25 GB/s per
+  GPU). The run logged during a documented slow node is left out.
 
 Calibration (``CALIBRATION``): per system, the two runs with the fewest GPUs of its first
 dataset (for the MegaScale systems: the smallest GPU count of each Table 2 batch size), declared
@@ -67,7 +102,10 @@ with the model before its predictions were compared; every other run is a predic
 MegaScale pairs are one model at two scales and fit both numbers; the Narayanan and H100 pairs
 are two models, which fit the efficiency alone (``fit_system``; until the second round the
 Narayanan pair also fitted a straggler, from the 1.7B/3.6B difference). Korthikanti 2022's pair
-is its smallest model with each method (8 GPUs, one node): the efficiency alone.
+is its smallest model with each method (8 GPUs, one node): the efficiency alone. Issue 27's
+datasets, declared before predicting: llm-foundry per GPU kind, MPT-7B's two runs on the fewest
+GPUs with the sequences closest to 2048 (2048 and 1024); torchtitan, its smallest model's two
+runs (Llama 3 8B); BLOOM, its batch-16 run (one micro-batch per pipeline, before the launch).
 """
 
 from __future__ import annotations
@@ -290,7 +328,8 @@ def bloom_rows(table: pd.DataFrame) -> pd.DataFrame:
                      "id": f"176B b{r.global_batch} iteration {int(r.iteration)}",
                      "layers": r.layers, "hidden": r.hidden, "heads": r.heads, "vocab": r.vocab,
                      "seq_len": r.seq_len, "position_embeddings": False, "dropout": False,
-                     "network_gbps": BLOOM_NETWORK_GBPS, "gpus": r.gpus, "tp": r.tp, "pp": r.pp, "micro_batch": r.micro_batch,
+                     "network_gbps": BLOOM_NETWORK_GBPS, "gpus": r.gpus, "tp": r.tp, "pp": r.pp,
+                     "micro_batch": r.micro_batch,
                      "global_batch": r.global_batch, "recompute": "full",
                      "iteration_time_s": r.iteration_time_s})
     return pd.DataFrame(rows)

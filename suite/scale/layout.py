@@ -2,17 +2,20 @@
 splits), what each GPU recomputes and shards, the attention kernel, and how much of each kind of
 communication hides behind compute.
 
-Vocabularies (one place): ``RECOMPUTE`` (none / selective: attention's score, softmax and P V
-block / full: every layer's forward, or ``recompute_fraction`` of the layers' as Megatron's
-``--recompute-num-layers`` and torchtitan's layer-wise selective checkpointing do), ``ATTENTION`` (unfused: the scores materialized by separate
-kernels, as eager PyTorch runs them / fused_softmax: scores materialized, scale + mask + softmax
-in one kernel, Megatron's / flash: the architecture's best tiled kernel, no s x s tensor in HBM
-(FlashAttention-2 on Ampere, FlashAttention-3 or cuDNN's on Hopper) / flash1: a kernel of the
-generation before (FlashAttention-1 or the Triton one on Ampere; FlashAttention-2 on Hopper,
-which uses none of Hopper's instructions)),
-``DP_MODES`` (allreduce: DDP's gradient all-reduce / zero1, zero2: the distributed optimizer,
-gradient reduce-scatter and parameter all-gather, optimizer state (and, zero2, gradients)
-sharded / fsdp: ZeRO-3, parameters sharded too and all-gathered per micro-batch).
+Vocabularies (one place):
+- ``RECOMPUTE``: none; selective (attention's score, softmax and P V block); full (every
+  layer's forward, or ``recompute_fraction`` of the layers', as Megatron's
+  ``--recompute-num-layers`` and torchtitan's layer-wise selective checkpointing do).
+- ``ATTENTION``: unfused (the scores materialized by separate kernels, as eager PyTorch runs
+  them); fused_softmax (scores materialized, scale + mask + softmax in one kernel, Megatron's);
+  flash (the architecture's best tiled kernel, no s x s tensor in HBM: FlashAttention-2 on
+  Ampere, FlashAttention-3 or cuDNN's on Hopper); flash1 (a kernel of the generation before:
+  FlashAttention-1 or the Triton one on Ampere; FlashAttention-2 on Hopper, which uses none of
+  Hopper's instructions).
+- ``DP_MODES``: allreduce (DDP's gradient all-reduce); zero1, zero2 (the distributed optimizer:
+  gradient reduce-scatter and parameter all-gather, optimizer state, and for zero2 the
+  gradients, sharded); fsdp (ZeRO-3: parameters sharded too, all-gathered per micro-batch).
+- ``LOSS_KINDS``: the cross entropy's kernels (below).
 
 Uneven stage splits: Megatron-Core's ``--decoder-first-pipeline-num-layers`` /
 ``--decoder-last-pipeline-num-layers`` (``first_stage_layers``, ``last_stage_layers``; the middle

@@ -91,8 +91,11 @@ def rank_metrics(rows: pd.DataFrame, predicted: str = "predicted_iteration_time_
         regrets.append(measured[model.idxmin()] / measured.min() - 1)
         if len(g) >= 3 and model.nunique() > 1:
             rhos.append(spearmanr(model, measured).statistic)
-    mean = (lambda xs: sum(xs) / len(xs) if xs else nan)
-    return mean(rhos), mean(regrets), len(regrets)
+    return _mean(rhos), _mean(regrets), len(regrets)
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else nan
 
 
 def summarize(predictions: pd.DataFrame, predicted: str = "predicted_iteration_time_s"
