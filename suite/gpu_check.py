@@ -15,6 +15,8 @@ the workflow writes them), each step's outcome and time in ``steps.json``:
   mha        varlen Triton vs padded matmul+mask+softmax+matmul vs padded SDPA, b16 x 128-1024
   bert       end-to-end BERT-base: the reference vs HF eager, SDPA, torch.compile, torch-nested
   gpt        a ~1B-parameter GPT trained in bf16 on one GPU: MFU against the datasheet peak
+  gemm_shapes  the scale model's GEMM-from-shape term: the layer GEMMs of the published H100
+             runs timed in bf16 beside the model's predicted efficiency (``suite.scale.probe``)
   ladder     the ByteTransformer ablation ladder at one point
 
 A step that would start past the time budget is recorded as skipped. Records go under
@@ -84,7 +86,8 @@ REHEARSAL = Sizes(
     tune_shapes=(16,),
     kernel_tests=("-k", "matches_reference and not bf16"),
     peak_sizes=(64,),
-    extra={"ladder_steps": (0, 5)},  # the first and the last step: the same path, less time
+    extra={"ladder_steps": (0, 5),  # the first and the last step: the same path, less time
+           "probe_shapes": 6},
 )
 
 

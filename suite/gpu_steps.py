@@ -190,6 +190,73 @@ def peak(pack) -> dict[str, Any]:
             for dtype in dtypes}
 
 
+def gemm_shapes(pack) -> dict[str, Any]:
+    """The scale model's GEMM-from-shape term against this GPU: the layer GEMMs of the
+    published H100 runs (``suite.scale.probe``), each checked against an fp32 product, timed,
+    and set beside the model's predicted tile-and-K efficiency -> OUT/gemm_shapes.json (beside
+    tuning.json: data for the model, not a record of the workflow)."""
+    import torch
+
+    from suite.scale import probe
+
+    device = torch.device(pack.sizes.device)
+    dtype, hw, runs = _probe_runs(pack)
+    shapes = probe.probe_shapes(runs, hw, pack.sizes.extra.get("probe_shapes", 40))
+    rows = []
+    g = torch.Generator().manual_seed(0)
+    for shape in shapes:
+        a = torch.randn(shape.m, shape.k, generator=g).to(device, dtype)
+        b = torch.randn(shape.k, shape.n, generator=g).to(device, dtype)
+        reference = a.double() @ b.double() if device.type == "cpu" else a.float() @ b.float()
+        err = ((a @ b).to(reference.dtype) - reference).abs().max().item() / \
+            reference.abs().max().item()
+        row = {"m": shape.m, "n": shape.n, "k": shape.k, "name": shape.name,
+               "predicted_shape_efficiency": probe.shape_efficiency(shape, hw),
+               "relative_error": err, "correct": err <= (1e-2 if dtype != torch.float32
+                                                         else 1e-4)}
+        if row["correct"]:
+            ms = _time_ms(lambda a=a, b=b: a @ b, device)
+            row.update(ms=ms, tflops=shape.flops / ms / 1e9,
+                       fraction_of_peak=shape.flops / (ms / 1e3) / hw.peak_flops)
+        rows.append(row)
+        del a, b, reference
+    summary = probe.summarize(rows)
+    report = {"gpu_preset": hw.name, "dtype": str(dtype), "peak_flops": hw.peak_flops,
+              "summary": summary, "shapes": rows}
+    (pack.out / "gemm_shapes.json").write_text(json.dumps(report, indent=1))
+    wrong = sum(not r["correct"] for r in rows)
+    return {**summary, "incorrect": wrong, **({"status": "failed"} if wrong else {})}
+
+
+def _probe_runs(pack):
+    """(dtype, the GPU preset the model predicts for, the runs whose shapes are timed): on a
+    GPU the published H100 runs, H200 (Hopper's 132 SMs) when the device is one; in the
+    rehearsal two tiny layouts."""
+    from dataclasses import replace
+
+    import torch
+
+    from suite.scale.hardware import preset
+
+    if pack.sizes.device == "cuda":
+        from suite.scale.datasets import all_runs, load_paper
+
+        name = "H200" if "H200" in torch.cuda.get_device_name(0) else "H100"
+        runs = [r for r in all_runs(load_paper(ROOT / "results" / "paper"))
+                if r.hardware.name == "H100"]
+        return torch.bfloat16, preset(name), runs
+    from suite.scale.layout import Layout
+    from suite.scale.model import ModelConfig
+    from suite.scale.runs import Run
+
+    model = ModelConfig(layers=2, hidden=64, heads=4, seq_len=32, vocab=128)
+    hw = replace(preset("H100"), sms=4)
+    runs = [Run("rehearsal", "rehearsal", f"tp{tp}", "g", model,
+                Layout(tp=tp, pp=1, dp=1, micro_batch=1, global_batch=1), hw, None, None)
+            for tp in (1, 2)]
+    return torch.float32, hw, runs
+
+
 def mha(pack) -> dict[str, Any]:
     statuses = {f"{system} L={n}": pack.point("bert_mha", system, n, subject="attention")
                 for n in pack.sizes.mha_lengths
@@ -244,4 +311,4 @@ def _statuses(statuses: dict[str, str]) -> dict[str, Any]:
 
 
 STEPS = (("env", env), ("kernels", kernels), ("tune", tune), ("peak", peak), ("mha", mha),
-         ("bert", bert), ("gpt", gpt), ("ladder", ladder))
+         ("bert", bert), ("gpt", gpt), ("gemm_shapes", gemm_shapes), ("ladder", ladder))

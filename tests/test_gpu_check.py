@@ -31,6 +31,10 @@ def test_the_rehearsal_runs_every_step_and_leaves_records_the_report_reads(tmp_p
     timed = [m for m in tuning["measurements"] if "ms" in m]
     assert timed and all(m["correct"] for m in timed)  # interpreted, every candidate agrees
     assert (out / "kernel_tests.xml").stat().st_size > 0
+    shapes = json.loads((out / "gemm_shapes.json").read_text())
+    assert shapes["summary"]["shapes_timed"] == len(shapes["shapes"]) == 6
+    assert all(r["correct"] and r["ms"] > 0 and 0 < r["predicted_shape_efficiency"] <= 1
+               for r in shapes["shapes"])
 
     with tarfile.open(out / "results.tar.gz") as tar:
         tar.extractall(tmp_path / "results", filter="data")

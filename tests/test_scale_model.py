@@ -635,3 +635,25 @@ def test_the_peer_reports_why_it_cannot_run(monkeypatch, runs):
     table = peer.predict(runs[:3], CALIBRATION)
     assert table.peer_fitted_time_s.isna().all() and set(table.peer_unavailable) == {
         "no module"}
+
+
+def test_the_gemm_probe_spreads_its_shapes_and_scores_the_term(runs):
+    from suite.scale.probe import probe_shapes
+    from suite.scale.probe import summarize as probe_summary
+
+    h100 = [r for r in runs if r.hardware.name == "H100"]
+    every = probe_shapes(h100, A100_80GB, 10_000)
+    some = probe_shapes(h100, A100_80GB, 12)
+    assert len({(g.m, g.n, g.k) for g in every}) == len(every) > 12 == len(some)
+    q = [shape_efficiency(g, A100_80GB) for g in every]
+    picked = [shape_efficiency(g, A100_80GB) for g in some]
+    assert picked == sorted(picked) and (picked[0], picked[-1]) == (min(q), max(q))
+    # a term that explains the shapes exactly leaves one ceiling: spread 0
+    rows = [{"correct": True, "predicted_shape_efficiency": p, "fraction_of_peak": 0.7 * p}
+            for p in (0.5, 0.8, 0.9, 1.0)]
+    score = probe_summary(rows)
+    assert score["ceiling_cv"] == pytest.approx(0) and score["ceiling_median"] == \
+        pytest.approx(0.7)
+    assert score["spearman_predicted_vs_measured"] == pytest.approx(1)
+    assert score["measured_cv"] > 0.1
+    assert probe_summary(rows[:2]) == {"shapes_timed": 2}

@@ -1,0 +1,55 @@
+"""The GEMM shapes a GPU lease times to test ``suite.scale.gemm`` where it matters: the per-GPU
+layer GEMMs (forward, input and weight gradient) of published runs, and what the model says of
+each. If the shape term is right, measured / peak divided by the predicted tile-and-K
+efficiency is one number for every shape (the fitted ceiling); its spread across shapes is the
+error the term leaves (``seedbench gpu-check``'s gemm_shapes step)."""
+
+from __future__ import annotations
+
+from scipy.stats import spearmanr
+
+from suite.scale.gemm import backward_gemms, shape_efficiency
+from suite.scale.hardware import Hardware
+from suite.scale.model import Gemm
+from suite.scale.runs import Run
+
+
+def probe_shapes(runs: list[Run], hw: Hardware, limit: int) -> list[Gemm]:
+    """Up to ``limit`` distinct dense GEMMs of the runs' layers and output layers (batched
+    attention GEMMs aside), spread evenly over the model's predicted efficiency on ``hw``,
+    the least and the most efficient included."""
+    seen: dict[tuple[int, int, int], Gemm] = {}
+    for run in runs:
+        lay = run.layout
+        layer = [g for g in run.model.layer_gemms(lay.micro_batch, lay.tp)
+                 if g.name not in ("scores", "context")]
+        for g in [*layer, run.model.logits_gemm(lay.micro_batch, lay.tp)]:
+            for shape in (g, *backward_gemms(g)):
+                seen.setdefault((shape.m, shape.n, shape.k), shape)
+    ranked = sorted(seen.values(), key=lambda g: (shape_efficiency(g, hw), g.flops))
+    if len(ranked) <= limit:
+        return ranked
+    step = (len(ranked) - 1) / (limit - 1)
+    return [ranked[round(i * step)] for i in range(limit)]
+
+
+def summarize(rows: list[dict]) -> dict:
+    """How far the shape term explains the measured efficiencies: the Spearman correlation of
+    predicted and measured, and the spread (coefficient of variation) of measured / predicted
+    (the ceiling: constant if the term were exact) beside the spread of the measured
+    efficiencies themselves (what one constant, the term off, leaves)."""
+    timed = [r for r in rows if r.get("correct")]
+    if len(timed) < 3:
+        return {"shapes_timed": len(timed)}
+    measured = [r["fraction_of_peak"] for r in timed]
+    ceiling = [r["fraction_of_peak"] / r["predicted_shape_efficiency"] for r in timed]
+
+    def cv(xs: list[float]) -> float:
+        mean = sum(xs) / len(xs)
+        return (sum((x - mean) ** 2 for x in xs) / len(xs)) ** 0.5 / mean
+
+    return {"shapes_timed": len(timed),
+            "spearman_predicted_vs_measured": float(spearmanr(
+                [r["predicted_shape_efficiency"] for r in timed], measured).statistic),
+            "ceiling_median": sorted(ceiling)[len(ceiling) // 2],
+            "ceiling_cv": cv(ceiling), "measured_cv": cv(measured)}
