@@ -14,10 +14,10 @@ def llm_scale(inputs: AnalysisInputs) -> str:
     from suite.scale.validate import summarize
 
     table = inputs.table
-    peer = summarize(table, "peer_fitted_time_s") if "peer_fitted_time_s" in table and \
-        table.peer_fitted_time_s.notna().any() else None
+    peer = summarize(table, "peer_fitted_time_s").set_index(["dataset", "system"]) \
+        if "peer_fitted_time_s" in table and table.peer_fitted_time_s.notna().any() else None
     parts = []
-    for i, r in enumerate(summarize(table).itertuples()):
+    for r in summarize(table).itertuples():
         part = f"{r.dataset} / {r.system} ({r.runs} runs): "
         if pd.notna(r.time_mean_abs_pct):
             part += (f"iteration time off by {r.time_mean_abs_pct:.1f}% on average "
@@ -25,9 +25,10 @@ def llm_scale(inputs: AnalysisInputs) -> str:
             if r.sweeps:
                 part += (f", {r.sweeps} layout sweep(s): top-1 regret {r.top1_regret_pct:.1f}%"
                          + (f", Spearman {r.spearman:.2f}" if pd.notna(r.spearman) else ""))
-            if peer is not None and pd.notna(peer.time_mean_abs_pct.iloc[i]):
-                part += (f"; llm-analysis {peer.time_mean_abs_pct.iloc[i]:.1f}% (signed "
-                         f"{peer.time_mean_signed_pct.iloc[i]:+.1f}%)")
+            theirs = None if peer is None else peer.loc[(r.dataset, r.system)]
+            if theirs is not None and pd.notna(theirs.time_mean_abs_pct):
+                part += (f"; llm-analysis {theirs.time_mean_abs_pct:.1f}% (signed "
+                         f"{theirs.time_mean_signed_pct:+.1f}%)")
         else:
             part += (f"MFU off by {r.mfu_mean_abs_points:.1f} points on average (signed "
                      f"{r.mfu_mean_signed_points:+.1f})")

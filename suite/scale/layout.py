@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from suite.mfu import RECOMPUTE_MODES
 from suite.scale.checks import (
     check_bool,
     check_choice,
@@ -35,7 +36,7 @@ from suite.scale.checks import (
     check_positive_int,
 )
 
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = RECOMPUTE_MODES  # suite.mfu counts their FLOPs
 ATTENTION = ("unfused", "fused_softmax", "flash1", "flash")
 DP_MODES = ("allreduce", "zero1", "zero2", "fsdp")
 # The cross entropy over the logits: (HBM bytes per logit forward + backward, bytes per logit

@@ -43,7 +43,7 @@ def fit(runs: list[Run], calibration: Calibration, terms: Terms = ALL_TERMS
     return fitted
 
 
-def fitted_hardware(run: Run, fits: dict[str, tuple[float, float]]) -> Hardware:
+def hardware_with_fit(run: Run, fits: dict[str, tuple[float, float]]) -> Hardware:
     eff, straggler = fits[run.system]
     return replace(run.hardware, gemm_efficiency=eff, straggler=straggler)
 
@@ -54,7 +54,7 @@ def predict(runs: list[Run], calibration: Calibration, terms: Terms = ALL_TERMS)
     fits = fit(runs, calibration, terms)
     out = []
     for run in runs:
-        hw = fitted_hardware(run, fits)
+        hw = hardware_with_fit(run, fits)
         est = estimate(run.model, hw, run.layout, terms)
         time = nan if run.iteration_time_s is None else run.iteration_time_s
         mfu = nan if run.mfu_percent is None else run.mfu_percent

@@ -30,7 +30,8 @@ def fitted_hardware(gpu: str, system: str, gemm_efficiency: float | None,
         if paper_dir is None:
             raise ValueError("give --gemm-efficiency and --straggler, or --paper-dir with the "
                              "published runs to fit them on")
-        eff, sigma = fit(all_runs(load_paper(paper_dir)), CALIBRATION)[system]
+        own = [r for r in all_runs(load_paper(paper_dir)) if r.system == system]
+        eff, sigma = fit(own, CALIBRATION)[system]
         gemm_efficiency = eff if gemm_efficiency is None else gemm_efficiency
         straggler = sigma if straggler is None else straggler
         source = f"{system}'s published runs ({paper_dir})"
