@@ -75,7 +75,7 @@ def scale_figure(data: FigureData, out: Path) -> list[Path]:
         err = 100 * g.iteration_time_rel_error
         unit = "%"
         if err.isna().all():  # Fig. 9: MFU only
-            err, unit = -g.mfu_error_points, "MFU points (sign flipped)"
+            err, unit = -g.mfu_error_points, "pt MFU\n(sign flipped)"
         jitter = [i - 0.12 + 0.05 * ((k % 5) - 2) for k in range(len(err))]
         ax.scatter(jitter, err.clip(-60, 60), s=10, color=DATASET_COLORS.get(dataset, "k"),
                    label="scale model" if i == 0 else None)
