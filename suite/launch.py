@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import shutil
 import signal
@@ -17,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -57,17 +58,19 @@ def run_isolated(cmd: list[str], out: Path, failed: Callable[[str], Record] | No
     reader = threading.Thread(target=_pump, args=(proc.stderr, tail), daemon=True)
     reader.start()
     try:
-        code = proc.wait(timeout=timeout_s)
+        with _terminate_raises():
+            code = proc.wait(timeout=timeout_s)
         reason = f"process exited with code {code}"
         if code < 0:
             reason = f"process killed by signal {-code} (out of memory, or a crash)"
     except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
+        _kill_group(proc)
         code, reason = 124, f"timed out after {timeout_s:g} s"
+    except BaseException:
+        # Ctrl-C, or Snakemake / SLURM stopping this job: the child is in a session of its own
+        # and would go on timing beside the next run and write its record into it.
+        _kill_group(proc)
+        raise
     reader.join(timeout=5)
     deadline = time.monotonic() + record_wait_s
     while code == 0 and not out.exists() and time.monotonic() < deadline:
@@ -77,6 +80,33 @@ def run_isolated(cmd: list[str], out: Path, failed: Callable[[str], Record] | No
     detail = "\n".join(tail)
     write_record(failed(f"{reason}; last output:\n{detail}" if detail else reason), out)
     return code
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+@contextlib.contextmanager
+def _terminate_raises() -> Iterator[None]:
+    """SIGTERM raises SystemExit while the body runs (Python's default ends the process without
+    unwinding, so nothing would stop the child); outside the main thread signals cannot be
+    handled and this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _recorded_failure(out: Path) -> bool:

@@ -1,7 +1,11 @@
 """One workload point end to end, in process: gate, timing, record, and every failure status."""
 
 import dataclasses
+import os
+import signal
+import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -121,6 +125,30 @@ def test_a_dying_job_leaves_a_failed_record(tmp_path, code, expected):
     assert rec.status is Status.FAILED and expected in rec.reason
     if "boom" in code:
         assert "boom" in rec.reason  # the last lines of output come with the reason
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_stopped_supervisor_takes_its_job_with_it(tmp_path, sig):
+    """Ctrl-C, or Snakemake / SLURM ending a point job: the job runs in a session of its own
+    (so that a timeout kills a launcher's workers too), so the supervisor must stop it, or it
+    goes on timing beside the next run and writes its record into that run (seen: CI failed on
+    a record that appeared after the next run had started)."""
+    pid_file = tmp_path / "child.pid"
+    child = (f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
+             "time.sleep(120)")
+    supervisor = ("import sys; from pathlib import Path; from suite.launch import run_isolated; "
+                  f"run_isolated([sys.executable, '-c', {child!r}], Path({str(tmp_path)!r}) / "
+                  "'r.json', None, timeout_s=300)")
+    proc = subprocess.Popen([sys.executable, "-c", supervisor], stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 60
+    while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pid = int(pid_file.read_text())
+    proc.send_signal(sig)
+    assert proc.wait(timeout=30) != 0  # stopped, not finished
+    with pytest.raises(ProcessLookupError):  # gone (and reaped by the supervisor)
+        os.kill(pid, 0)
 
 
 def test_a_failed_record_the_job_wrote_before_exiting_1_is_kept(tmp_path):
