@@ -17,6 +17,9 @@ the workflow writes them), each step's outcome and time in ``steps.json``:
   gpt        a ~1B-parameter GPT trained in bf16 on one GPU: MFU against the datasheet peak
   gemm_shapes  the scale model's GEMM-from-shape term: the layer GEMMs of the published H100
              runs timed in bf16 beside the model's predicted efficiency (``suite.scale.probe``)
+  attention_kernels  SDPA's FlashAttention, cuDNN and memory-efficient kernels, causal, head
+             dimension 128, 2k-32k tokens, forward and backward as fractions of peak beside
+             the fractions the scale model assumes
   ladder     the ByteTransformer ablation ladder at one point
 
 A step that would start past the time budget is recorded as skipped. Records go under
@@ -87,7 +90,8 @@ REHEARSAL = Sizes(
     kernel_tests=("-k", "matches_reference and not bf16"),
     peak_sizes=(64,),
     extra={"ladder_steps": (0, 5),  # the first and the last step: the same path, less time
-           "probe_shapes": 6},
+           "probe_shapes": 6, "attention_heads": (2, 16), "attention_tokens": 64,
+           "attention_lengths": (16, 32), "attention_check_len": 16},
 )
 
 

@@ -228,6 +228,94 @@ def gemm_shapes(pack) -> dict[str, Any]:
     return {**summary, "incorrect": wrong, **({"status": "failed"} if wrong else {})}
 
 
+def attention_kernels(pack) -> dict[str, Any]:
+    """The attention kernels the scale model prices at a published fraction of peak: each of
+    PyTorch's fused SDPA kernels (FlashAttention, cuDNN, memory-efficient), causal, head
+    dimension 128, timed forward and backward at several lengths, each first checked against
+    the unfused product in fp32 -> OUT/attention_kernels.json. A kernel this torch cannot run
+    here is listed with the reason."""
+    import torch
+    from torch.nn.attention import SDPBackend
+
+    from suite.scale import probe
+
+    device = torch.device(pack.sizes.device)
+    dtype, hw, _ = _probe_runs(pack)
+    heads, head_dim = pack.sizes.extra.get("attention_heads", (16, 128))
+    tokens = pack.sizes.extra.get("attention_tokens", 32768)
+    kernels = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+               "efficient": SDPBackend.EFFICIENT_ATTENTION}
+    g = torch.Generator().manual_seed(0)
+
+    def inputs(batch: int, n: int, h: int) -> list[torch.Tensor]:
+        return [torch.randn(batch, h, n, head_dim, generator=g).to(device, dtype)
+                .requires_grad_() for _ in range(3)]
+
+    rows, unavailable = [], {}
+    for kernel, backend in kernels.items():
+        qkv = inputs(1, min(pack.sizes.extra.get("attention_check_len", 1024), tokens), 2)
+        try:
+            got = _attention_outputs(backend, qkv)
+        except RuntimeError as e:  # no kernel for this device, dtype or shape
+            unavailable[kernel] = str(e).splitlines()[0][:300]
+            continue
+        expected = _attention_outputs(SDPBackend.MATH, [t.detach().float().requires_grad_()
+                                                        for t in qkv])
+        err = max((a.float() - b).abs().max().item() / b.abs().max().item()
+                  for a, b in zip(got, expected))
+        correct = err <= (2e-2 if dtype != torch.float32 else 1e-4)
+        for n in pack.sizes.extra.get("attention_lengths", (2048, 8192, 32768)):
+            batch = max(1, tokens // n)
+            forward_flops, backward_flops = probe.attention_flops(batch, heads, n, head_dim)
+            row = {"kernel": kernel, "batch": batch, "heads": heads, "seq": n,
+                   "head_dim": head_dim, "relative_error": err, "correct": correct}
+            if correct:
+                forward_ms, backward_ms = _attention_ms(backend, inputs(batch, n, heads),
+                                                        device)
+                row.update(forward_ms=forward_ms, backward_ms=backward_ms,
+                           forward_fraction_of_peak=forward_flops / (forward_ms / 1e3)
+                           / hw.peak_flops,
+                           backward_fraction_of_peak=backward_flops / (backward_ms / 1e3)
+                           / hw.peak_flops)
+            rows.append(row)
+    summary = probe.attention_summary(rows, hw)
+    report = {"gpu_preset": hw.name, "dtype": str(dtype), "peak_flops": hw.peak_flops,
+              "torch": torch.__version__, "summary": summary, "unavailable": unavailable,
+              "measurements": rows}
+    (pack.out / "attention_kernels.json").write_text(json.dumps(report, indent=1))
+    wrong = sorted({r["kernel"] for r in rows if not r["correct"]})
+    return {**summary, "unavailable": unavailable, "incorrect": wrong,
+            **({"status": "failed"} if wrong or not rows else {})}
+
+
+def _attention_outputs(backend, qkv) -> list:
+    """Causal SDPA on ``backend``: its output, and the gradients of q, k and v for one fixed
+    upstream gradient (the correctness check compares all four)."""
+    import torch
+    from torch.nn.attention import sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    with sdpa_kernel(backend):
+        out = sdpa(*qkv, is_causal=True)
+    grad = torch.ones_like(out).cumsum(-1).remainder(3) - 1  # fixed, mixed signs, any dtype
+    return [out.detach(), *torch.autograd.grad(out, qkv, grad)]
+
+
+def _attention_ms(backend, qkv, device) -> tuple[float, float]:
+    """(forward, backward) milliseconds of causal SDPA on ``backend``."""
+    import torch
+    from torch.nn.attention import sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    with sdpa_kernel(backend):
+        forward_ms = _time_ms(lambda: sdpa(*qkv, is_causal=True), device)
+        out = sdpa(*qkv, is_causal=True)
+    grad = torch.randn_like(out)
+    backward_ms = _time_ms(lambda: torch.autograd.grad(out, qkv, grad, retain_graph=True),
+                           device)
+    return forward_ms, backward_ms
+
+
 def _probe_runs(pack):
     """(dtype, the GPU preset the model predicts for, the runs whose shapes are timed): on a
     GPU the published H100 runs, H200 (Hopper's 132 SMs) when the device is one; in the
@@ -311,4 +399,5 @@ def _statuses(statuses: dict[str, str]) -> dict[str, Any]:
 
 
 STEPS = (("env", env), ("kernels", kernels), ("tune", tune), ("peak", peak), ("mha", mha),
-         ("bert", bert), ("gpt", gpt), ("gemm_shapes", gemm_shapes), ("ladder", ladder))
+         ("bert", bert), ("gpt", gpt), ("gemm_shapes", gemm_shapes),
+         ("attention_kernels", attention_kernels), ("ladder", ladder))

@@ -36,6 +36,14 @@ def test_the_rehearsal_runs_every_step_and_leaves_records_the_report_reads(tmp_p
     assert all(r["correct"] and r["ms"] > 0 and 0 < r["predicted_shape_efficiency"] <= 1
                for r in shapes["shapes"])
 
+    attention = json.loads((out / "attention_kernels.json").read_text())
+    flash = [r for r in attention["measurements"] if r["kernel"] == "flash"]
+    assert len(flash) == 2 and all(r["correct"] and r["forward_ms"] > 0 < r["backward_ms"]
+                                   for r in flash)
+    # kernels without a CPU implementation are listed with torch's reason, not dropped
+    assert set(attention["unavailable"]) == {"cudnn", "efficient"}
+    assert attention["summary"]["assumed"]["flash"] == {"forward": 0.75, "backward": 0.5}
+
     with tarfile.open(out / "results.tar.gz") as tar:
         tar.extractall(tmp_path / "results", filter="data")
     (machine,) = (tmp_path / "results").iterdir()  # this machine's name, as the workflow's

@@ -23,7 +23,7 @@ from suite.scale.datasets import (
 from suite.scale.fit import fit_efficiency, fit_system, is_scaling_pair
 from suite.scale.gemm import backward_gemms, gemm_time, k_efficiency, shape_efficiency, \
     tile_efficiency
-from suite.scale.hardware import A100_80GB, GiB, Hardware
+from suite.scale.hardware import A100_80GB, H100_SXM, GiB, Hardware
 from suite.scale.layout import Layout
 from suite.scale.memory import RESERVE_BYTES, layer_activation_bytes, memory
 from suite.scale.model import Gemm, ModelConfig
@@ -657,3 +657,20 @@ def test_the_gemm_probe_spreads_its_shapes_and_scores_the_term(runs):
     assert score["spearman_predicted_vs_measured"] == pytest.approx(1)
     assert score["measured_cv"] > 0.1
     assert probe_summary(rows[:2]) == {"shapes_timed": 2}
+
+
+def test_the_attention_probe_counts_flops_as_flashattention_does_and_compares():
+    from suite.scale.probe import attention_flops, attention_summary
+
+    # FlashAttention's benchmark count at b=2, h=16, s=4096, d=128: 4 b h s^2 d = 2.749e12,
+    # halved when causal; the backward 2.5 times it
+    assert attention_flops(2, 16, 4096, 128, causal=False) == (4 * 2 * 16 * 4096**2 * 128,
+                                                               2.5 * 4 * 2 * 16 * 4096**2 * 128)
+    assert attention_flops(2, 16, 4096, 128)[0] == 2 * 16 * 4096**2 * 128 * 2
+    rows = [{"kernel": "flash", "correct": True, "forward_fraction_of_peak": f,
+             "backward_fraction_of_peak": f / 2} for f in (0.2, 0.6, 0.4)]
+    rows.append({"kernel": "cudnn", "correct": False})
+    summary = attention_summary(rows, H100_SXM)
+    assert summary["flash"] == {"forward": 0.4, "backward": 0.2}  # medians
+    assert "cudnn" not in summary  # nothing correct was timed
+    assert summary["assumed"]["flash1"] == {"forward": 0.35, "backward": 0.3}

@@ -53,3 +53,28 @@ def summarize(rows: list[dict]) -> dict:
                 [r["predicted_shape_efficiency"] for r in timed], measured).statistic),
             "ceiling_median": sorted(ceiling)[len(ceiling) // 2],
             "ceiling_cv": cv(ceiling), "measured_cv": cv(measured)}
+
+
+def attention_flops(batch: int, heads: int, seq: int, head_dim: int,
+                    causal: bool = True) -> tuple[float, float]:
+    """(forward, backward) FLOPs of attention as FlashAttention's own benchmarks count them
+    (Dao et al. 2022/2023, whose fractions of peak ``suite.scale.hardware`` carries): the two
+    GEMMs, 4 b h s^2 d, halved when causal; the backward 2.5 times the forward (five GEMMs
+    against two)."""
+    forward = 4.0 * batch * heads * seq * seq * head_dim / (2 if causal else 1)
+    return forward, 2.5 * forward
+
+
+def attention_summary(rows: list[dict], hw: Hardware) -> dict:
+    """Per kernel timed correct: the median fraction of peak forward and backward over the
+    lengths, beside what the model assumes of the ``flash`` and ``flash1`` kinds on ``hw``."""
+    out: dict = {"assumed": {kind: dict(zip(("forward", "backward"), hw.flash_fractions(kind)))
+                             for kind in ("flash", "flash1")}}
+    for kernel in sorted({r["kernel"] for r in rows}):
+        timed = [r for r in rows if r["kernel"] == kernel and r.get("correct")]
+        if not timed:
+            continue
+        out[kernel] = {
+            pass_: sorted(r[f"{pass_}_fraction_of_peak"] for r in timed)[len(timed) // 2]
+            for pass_ in ("forward", "backward")}
+    return out
