@@ -66,12 +66,20 @@ class Record:
 
     @property
     def config_hash(self) -> str:
+        """The whole section as the run saw it: provenance."""
         return config_hash(self.config)
+
+    @property
+    def measurement_hash(self) -> str:
+        """What this point's measurement depends on (``measurement_config``): two records of
+        one point compare when these agree, whatever else their runs planned."""
+        return config_hash(measurement_config(self.config, self.system))
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["status"] = self.status.value
         d["config_hash"] = self.config_hash
+        d["measurement_hash"] = self.measurement_hash
         return d
 
     @classmethod
@@ -79,7 +87,7 @@ class Record:
         version = d.get("schema_version")
         if version not in READS:
             raise ValueError(f"record schema_version={version!r}; this suite reads {READS}")
-        d = {k: v for k, v in d.items() if k != "config_hash"}
+        d = {k: v for k, v in d.items() if k not in ("config_hash", "measurement_hash")}
         if version == 1:  # upgraded in memory; the file stays as it was written
             d["system"] = d.pop("baseline")
             d["schema_version"] = SCHEMA_VERSION
@@ -163,6 +171,43 @@ _OUTCOME_CODE = outcome.__wrapped__.__code__  # its own frame is left out of the
 def config_hash(config: dict[str, Any]) -> str:
     blob = json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
+
+
+# Keys of a config section that choose which points run (and for how long a job may take), not
+# how one point is measured; at any depth. A point's measurement config leaves them out, so that
+# the quick default and a sweep compare on the points they share.
+PLAN_KEYS = frozenset({"baselines", "padded_baseline", "batch_sizes", "max_seq_lens", "models",
+                       "seeds", "enabled", "timeout_s"})
+
+
+def measurement_config(config: dict[str, Any], system: str) -> dict[str, Any]:
+    """What one point's measurement depends on: ``config`` less ``PLAN_KEYS``, and of the
+    external programs' settings only ``system``'s own (``external``: name -> settings)."""
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in PLAN_KEYS}
+        return value
+
+    from suite.config import EXTERNAL_PREFIX
+
+    out = strip(config)
+    if isinstance(out.get("external"), dict):
+        name = system.removeprefix(EXTERNAL_PREFIX)
+        out["external"] = {k: v for k, v in out["external"].items() if k == name}
+    return out
+
+
+def config_diff(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> list[str]:
+    """The dotted keys whose values differ between two configs (for error messages)."""
+    keys = sorted(set(a) | set(b))
+    out = []
+    for k in keys:
+        va, vb = a.get(k), b.get(k)
+        if isinstance(va, dict) and isinstance(vb, dict):
+            out += config_diff(va, vb, f"{prefix}{k}.")
+        elif va != vb:
+            out.append(f"{prefix}{k}")
+    return out
 
 
 def write_record(record: Record, path: str | os.PathLike) -> Path:

@@ -74,7 +74,8 @@ def test_refusals_exit_2_and_say_why(tmp_path, capsys):
     other_cfg = _folder(tmp_path, "cfg", [_record("a", 64, _samples(0.01, 0.01),
                                                   config={"seed": 1})])
     assert main(["compare", str(base), str(other_cfg)]) == 2
-    assert "different configs (config hash)" in capsys.readouterr().err
+    assert "measured under different settings: seed differ (bert_varlen/a)" in \
+        capsys.readouterr().err
     old = tmp_path / "old" / "a" / "l64.json"
     old.parent.mkdir(parents=True)
     d = _record("a", 64, _samples(0.01, 0.01)).to_dict()
@@ -91,3 +92,40 @@ def test_refusals_exit_2_and_say_why(tmp_path, capsys):
         compare(base, tmp_path / "nowhere")
     assert main(["compare", str(base), "no-such-machine"]) == 2
     assert "neither a folder nor a machine" in capsys.readouterr().err
+
+
+def test_a_quick_run_and_a_sweep_compare_on_the_points_they_share(tmp_path):
+    """What a newcomer does first: their quick default against the published sweep. The
+    sections differ in what they plan (systems, points, other studies, time limits), not in how
+    a shared point is measured; another external program's settings do not matter either, the
+    system's own do."""
+    measured = {"model": {"layers": 2}, "seed": 0, "timing": {"warmup": 1, "min_repeats": 3}}
+    quick = {**measured, "baselines": ["a"], "batch_sizes": [1], "max_seq_lens": [64],
+             "timeout_s": 600, "ablation": {"enabled": True, "batch_sizes": [8]},
+             "external": {"x": {"command": "x --fast"}}}
+    sweep = {**measured, "baselines": ["a", "b", "external-x"], "batch_sizes": [1, 16],
+             "max_seq_lens": [64, 128], "timeout_s": 1800,
+             "ablation": {"enabled": False, "batch_sizes": [16]},
+             "external": {"x": {"command": "x --slow"}}}
+    base = _folder(tmp_path, "sweep", [
+        _record("a", 64, _samples(0.01, 0.01, seed=1), config=sweep),
+        _record("b", 64, _samples(0.01, 0.01, seed=2), config=sweep),
+        _record("a", 128, _samples(0.01, 0.01, seed=3), config=sweep)])
+    new = _folder(tmp_path, "quick", [_record("a", 64, _samples(0.01, 0.01, seed=4),
+                                              config=quick)])
+    t = compare(base, new)
+    assert list(t.system) == ["a"] and list(t.verdict) == ["same"]
+    # the provenance hash still tells the runs apart
+    assert _record("a", 64, None, config=quick).config_hash != \
+        _record("a", 64, None, config=sweep).config_hash
+    # the external program's own settings are part of its measurement
+    ext = [_record("external-x", 64, _samples(0.01, 0.01, seed=5), config=c)
+           for c in (quick, sweep)]
+    with pytest.raises(CompareError, match=r"external\.x\.command differ"):
+        compare(_folder(tmp_path, "eq", [ext[0]]), _folder(tmp_path, "es", [ext[1]]))
+    # a timing policy is how a point is measured: refused, and named
+    slower_policy = {**quick, "timing": {"warmup": 5, "min_repeats": 3}}
+    other = _folder(tmp_path, "policy", [_record("a", 64, _samples(0.01, 0.01, seed=6),
+                                                 config=slower_policy)])
+    with pytest.raises(CompareError, match=r"timing\.warmup differ"):
+        compare(base, other)

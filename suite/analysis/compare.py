@@ -11,9 +11,11 @@ of medians new / base with a bootstrap CI (resampling each side's samples), and 
 
 The CI resamples the samples within each run: it does not see what varies between runs (other
 tenants of a shared machine, frequency, memory placement), which a self-comparison shows.
-A ``slower`` point is a regression. Records of different configs (config hash) or of different
-record schema versions are never compared: the comparison refuses (``CompareError``) and says
-which, as it does when the folders share no point.
+A ``slower`` point is a regression. Records of one point measured under different settings
+(``Record.measurement_hash``: the config less what only chooses which points run) or of
+different record schema versions are never compared: the comparison refuses (``CompareError``)
+and names the settings that differ, as it does when the folders share no point. A quick run and
+a sweep compare on the points they share.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from typing import Any
 import pandas as pd
 
 from suite.machine_load import NOISY_CV, noise_columns
-from suite.records import NOT_RECORDS, Record, Status, read_record
+from suite.records import (NOT_RECORDS, Record, Status, config_diff, measurement_config,
+                           read_record)
 from suite.stats import ratio_of_medians_ci
 
 THRESHOLD = 0.05
@@ -80,14 +83,16 @@ def compare(base: str | Path, new: str | Path, *, threshold: float = THRESHOLD,
                            f"{sorted(schemas[1])} in {new}; re-run one side with this suite")
     configs = defaultdict(list)
     for k in common:
-        ha, hb = a[k].record.config_hash, b[k].record.config_hash
-        if ha != hb:
-            configs[(ha, hb)].append(f"{k[0]}/{k[1]}")
+        ra, rb = a[k].record, b[k].record
+        if ra.measurement_hash != rb.measurement_hash:
+            differ = config_diff(measurement_config(ra.config, ra.system),
+                                 measurement_config(rb.config, rb.system))
+            configs[", ".join(differ)].append(f"{k[0]}/{k[1]}")
     if configs:
-        detail = "; ".join(f"{ha} vs {hb} ({', '.join(sorted(set(pts))[:4])})"
-                           for (ha, hb), pts in configs.items())
-        raise CompareError(f"the same points ran under different configs (config hash): "
-                           f"{detail}; compare runs of one config")
+        detail = "; ".join(f"{differ} differ ({', '.join(sorted(set(pts))[:4])})"
+                           for differ, pts in configs.items())
+        raise CompareError(f"the same points were measured under different settings: {detail};"
+                           f" compare runs that measure a point alike")
     rows = [_row(k, a[k], b[k], threshold, noisy_cv) for k in common]
     return pd.DataFrame(rows)
 
