@@ -11,7 +11,7 @@ STAMP := $(VENV)/.seedbench-installed
 # Console scripts of the venv (seedbench, snakemake) for the workflow's shell rules.
 RUN := PATH="$(abspath $(BIN)):$$PATH"
 
-.PHONY: help venv reproduce report rerun-noisy gpu-check gpu-wheels test test-cluster slurm lint lock clean browser
+.PHONY: help venv reproduce report rerun-noisy gpu-check gpu-wheels test test-cluster slurm lint lock clean browser docs
 
 help:
 	@echo "make reproduce [CONFIG=workflows/config/paper.yaml]  run the workflow -> reports/index.html"
@@ -22,6 +22,7 @@ help:
 	@echo "make test-cluster                                   only the cluster tests (local SLURM, two nodes)"
 	@echo "make lint                                           ruff + snakemake --lint (fails on any finding)"
 	@echo "make lock                                           rewrite requirements.lock from the venv"
+	@echo "make docs                                           docs/cli.md from the parsers"
 
 # The pinned stack: exact versions from requirements.lock, the project itself editable.
 EXAMPLE_PLUGIN := examples/seedbench-example-plugin
@@ -42,6 +43,10 @@ $(STAMP): pyproject.toml requirements.lock $(EXAMPLE_PLUGIN)/pyproject.toml $(LO
 	touch $@
 
 venv: $(STAMP)
+
+# The command reference, generated from the parsers (a test fails when it drifts).
+docs: $(STAMP)
+	$(BIN)/python -m suite.commands.reference docs/cli.md
 
 # A lock left by a killed run (no Snakemake process alive here) is dropped first, with a message:
 # workflows/unlock_stale.py.

@@ -38,7 +38,7 @@ PEAK_FLOPS = 5e10
 
 
 def fake_peak(threads: int = 2) -> dict:
-    """What `seedbench peak` writes (suite.cli._peak), with a made-up fp32 number."""
+    """What `seedbench peak` writes (suite.commands.peak), with a made-up fp32 number."""
     return {"schema_version": 1, "device": "Fake CPU", "device_type": "cpu", "threads": threads,
             "peaks": {"fp32": {"measured": {"dtype": "fp32", "flops_per_s": PEAK_FLOPS,
                                             "size": 1024, "per_size": []},
@@ -251,7 +251,7 @@ def check_ok_record(record, steplog: Path, world_size: int, trainer: str) -> Non
 def _launch(trainer: str, nprocs: int, section: dict, tmp_path: Path, peak_path: Path,
             timeout: float = 240):
     out, steps = tmp_path / f"{trainer}.json", tmp_path / f"{trainer}.jsonl"
-    args = ["--section-json", json.dumps(section), "--trainer", trainer, "--out", str(out),
+    args = ["--train-json", json.dumps(section), "--trainer", trainer, "--out", str(out),
             "--steplog", str(steps), "--peak", str(peak_path)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     proc = subprocess.run(command(trainer, nprocs, args), cwd=REPO, env=env,

@@ -3,7 +3,7 @@ more ranks, timed per optimizer step, with MFU/HFU against a named peak.
 
 Every rank runs this module (``command`` builds the launcher line)::
 
-    python -m suite.experiments.llm_train --section-json JSON --trainer NAME \\
+    python -m suite.experiments.llm_train --train-json JSON --trainer NAME \\
         --out RECORD.json --steplog STEPS.jsonl [--peak PEAK.json] [--check-steps K]
 
 Flow of a run:
@@ -79,9 +79,9 @@ from suite.stats import summarize
 from suite.trainers import registry as trainers
 from suite.trainers.base import DistInfo, StepResult, Trainer, env_rank
 from suite.trainers.config import TrainConfig
+from suite.experiments.train_args import DEFAULT_CHECK_STEPS, add_run_arguments
 
 EXPERIMENT = "llm_train"
-DEFAULT_CHECK_STEPS = 3
 # Relative tolerances of the correctness gate against the fp32 single-process reference.
 # fp32: engines differ from the reference only in summation order (gradient all-reduce, sharded
 # norms): measured <= 1e-7 (loss) and <= 2e-7 (gradient norm) after 3 steps on CPU. bf16: the
@@ -515,15 +515,8 @@ def _train(record: Record, cfg: TrainConfig, engine: Trainer, dist: DistInfo,
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__.splitlines()[0])
-    p.add_argument("--section-json", required=True, help="the llm_train config section, JSON")
-    p.add_argument("--trainer", required=True, help="a registered trainer name")
-    p.add_argument("--out", required=True, type=Path, help="record JSON (written by rank 0)")
-    p.add_argument("--steplog", required=True, type=Path, help="JSON-lines step log (rank 0)")
-    p.add_argument("--peak", type=Path, help="peak.json from `seedbench peak`")
-    p.add_argument("--check-steps", type=int, default=DEFAULT_CHECK_STEPS,
-                   help="steps compared with the single-process reference (0 = no gate)")
+    add_run_arguments(p)
     p.add_argument("--experiment", default=EXPERIMENT, help="experiment name in the record")
-    p.add_argument("--label", help="the run's name in its experiment (point.label)")
     args = p.parse_args(argv)
     rank = env_rank()[0]
     if rank == 0:
@@ -531,12 +524,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     error_path(args.out, rank).unlink(missing_ok=True)
     peak = None
     try:
-        section = json.loads(args.section_json)
+        section = json.loads(args.train_json)
         peak = read_peak(args.peak)
     except (OSError, ValueError) as e:
         if rank != 0:
             return 0
-        section = {"_unparsed": args.section_json}
+        section = {"_unparsed": args.train_json}
         record = failed_record(args.experiment, args.trainer,
                                {} if args.label is None else {"label": args.label}, section,
                                f"{type(e).__name__}: {e}")

@@ -1,0 +1,34 @@
+"""``seedbench build-external``: cmake-build the source checkout of a configured external
+program."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    ext = sub.add_parser("build-external",
+                         help="cmake-build the source checkout of a configured external program")
+    ext.add_argument("name", help="the program's key under bert_varlen.external")
+    ext_src = ext.add_mutually_exclusive_group(required=True)
+    ext_src.add_argument("--config", type=Path, help="workflow config YAML")
+    ext_src.add_argument("--section-json", help="the bert_varlen config section as JSON")
+    ext.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+
+
+def run(args: argparse.Namespace) -> int:
+    from suite.baselines.external import build, spec_from_config
+    from suite.config import BertVarlenConfig, ConfigError, load
+
+    section = (load(args.config)["bert_varlen"] if args.config
+               else json.loads(args.section_json))
+    programs = BertVarlenConfig.from_dict(section).external
+    if args.name not in programs:
+        raise ConfigError(f"no external program {args.name!r} under bert_varlen.external "
+                          f"(configured: {sorted(programs)})")
+    print(build(spec_from_config(args.name, programs[args.name]), args.jobs))
+    return 0

@@ -1,0 +1,27 @@
+"""``seedbench gpu-check``: the GPU half in one short lease -> OUT."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    gpu = sub.add_parser("gpu-check", help="the GPU half in one short lease (kernel tests, "
+                                           "autotune, MHA, BERT, ladder, ~1B GPT) -> OUT")
+    gpu.add_argument("--out", type=Path, required=True,
+                     help="steps.json, tuning.json, kernel_tests.xml, results.tar.gz")
+    gpu.add_argument("--dry", action="store_true",
+                     help="rehearse every step on CPU at tiny sizes (Triton interpreted)")
+    gpu.add_argument("--budget-s", type=float, default=480.0,
+                     help="no step starts after this many seconds (480)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from suite.gpu_check import run
+
+    steps = run(args.out, dry=args.dry, budget_s=args.budget_s)["steps"]
+    for step in steps:
+        print(f"{step['step']:8s} {step['status']:8s} {step.get('seconds', '')}")
+    return 0 if all(s["status"] == "ok" for s in steps) else 1

@@ -1,0 +1,74 @@
+"""``seedbench run``: measure one workload point of one system -> a record (what the BERT rules
+call)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from suite.experiments import registry as experiments
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    run = sub.add_parser("run", help="measure one workload point of one system -> a record")
+    run.add_argument("experiment", choices=experiments.names("bert"),
+                     help="a BERT experiment (training runs: `train`, loss runs: `pretrain`)")
+    run.add_argument("--system", required=True,
+                     help="system under test: a registered baseline, a ladder step (ladder-N), "
+                          "a kernel variant or external-<name>")
+    run.add_argument("--subject", default=None,
+                     help="model family (bert, albert, distilbert, deberta) for end-to-end "
+                          "experiments; operator (attention, layernorm, gemm_gelu) for kernels")
+    run.add_argument("--batch-size", type=int, required=True)
+    run.add_argument("--max-seq-len", type=int, required=True)
+    src = run.add_mutually_exclusive_group(required=True)
+    src.add_argument("--config", type=Path, help="workflow config YAML")
+    src.add_argument("--section-json", help="the experiment's config section as JSON")
+    run.add_argument("--peak", type=Path, help="peak.json from `seedbench peak`")
+    run.add_argument("--out", type=Path, required=True)
+    run.add_argument("--in-process", action="store_true",
+                     help="run here instead of in a supervised child process")
+
+
+def run(args: argparse.Namespace) -> int:
+    from suite.config import BertVarlenConfig, load
+
+    section = (load(args.config)["bert_varlen"] if args.config
+               else json.loads(args.section_json))
+    cfg = BertVarlenConfig.from_dict(section)
+    if args.in_process:
+        from suite.records import write_record
+
+        from suite.peak.schema import read_peak
+
+        peak = read_peak(args.peak)
+        record = _measure(args, cfg, peak)
+        write_record(record, args.out)
+        print(f"{args.out}: {record.status.value} {record.reason[:200]}", file=sys.stderr)
+        return 0
+
+    from suite.launch import run_isolated
+    from suite.records import Record, failed_record
+
+    def failed(reason: str) -> Record:
+        point = {"batch_size": args.batch_size, "max_seq_len": args.max_seq_len,
+                 "subject": args.subject}
+        return failed_record(args.experiment, args.system, point, cfg.to_dict(), reason)
+
+    child = ["run", args.experiment, "--system", args.system, "--batch-size",
+             str(args.batch_size), "--max-seq-len", str(args.max_seq_len), "--section-json",
+             json.dumps(cfg.to_dict()), "--out", str(args.out), "--in-process"]
+    if args.subject:
+        child += ["--subject", args.subject]
+    if args.peak:
+        child += ["--peak", str(args.peak)]
+    run_isolated([sys.executable, "-m", "suite.cli", *child], args.out, failed, cfg.timeout_s)
+    return 0
+
+
+def _measure(args: argparse.Namespace, cfg, peak):
+    runner = experiments.load(experiments.get(args.experiment).runner)
+    return runner(cfg, args.experiment, args.subject, args.system, args.batch_size,
+                  args.max_seq_len, peak)

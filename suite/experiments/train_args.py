@@ -1,0 +1,38 @@
+"""The arguments of one training run, defined once: ``seedbench train`` takes them, its
+launcher hands them to every rank (``rank_argv``), and each rank reads them with the same
+definition (``suite.experiments.llm_train``). Torch-free: building the CLI imports it."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+DEFAULT_CHECK_STEPS = 3  # steps of the correctness gate against the single-process reference
+
+RUN_ARGUMENTS: tuple[tuple[str, dict], ...] = (
+    ("--trainer", {"required": True, "help": "a registered trainer (seedbench trainers)"}),
+    ("--train-json", {"required": True, "help": "the run's TrainConfig section as JSON"}),
+    ("--label", {"help": "the run's name in its experiment (a size, an ablation step), kept in "
+                         "the record"}),
+    ("--check-steps", {"type": int, "default": DEFAULT_CHECK_STEPS,
+                       "help": "steps compared with the single-process reference (0: no gate)"}),
+    ("--peak", {"type": Path, "help": "peak.json from `seedbench peak`"}),
+    ("--out", {"type": Path, "required": True, "help": "the record (rank 0 writes it)"}),
+    ("--steplog", {"type": Path, "required": True,
+                   "help": "the JSON-lines step log (rank 0 writes it)"}),
+)
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    for flag, kwargs in RUN_ARGUMENTS:
+        parser.add_argument(flag, **kwargs)
+
+
+def rank_argv(args: argparse.Namespace, experiment: str) -> list[str]:
+    """``args``' run arguments as every rank's command line."""
+    argv = ["--experiment", experiment]
+    for flag, _ in RUN_ARGUMENTS:
+        value = getattr(args, flag.removeprefix("--").replace("-", "_"))
+        if value is not None:
+            argv += [flag, str(value)]
+    return argv
