@@ -70,7 +70,7 @@ rerun-noisy: $(STAMP)
 	$(RUN) $(UNLOCK_STALE)
 	$(RUN) $(BIN)/python workflows/rerun_noisy.py $(CONFIG) $(SNAKEMAKE) --cores $(CORES) $(SNAKEFLAGS)
 
-# The GPU half (suite/gpu_check.py) in one short lease of a bare GPU machine with its own torch,
+# The GPU half (suite/gpu/pack.py) in one short lease of a bare GPU machine with its own torch,
 # triton and transformers and no package registry. Here, first: `make gpu-wheels` (the suite's
 # other needs as cp312 wheels into the git-ignored .whl/, which travels with `carry`). There:
 #   make gpu-check GPU_OUT=$$OUT    (installs the wheels and the project without dependencies)

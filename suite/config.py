@@ -17,7 +17,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from suite.timing_policy import TimingPolicy
+from suite.measure.policy import TimingPolicy
 
 SCHEMA_PATH = Path(__file__).parent / "data" / "config.schema.yaml"  # package data
 

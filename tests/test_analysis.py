@@ -10,7 +10,7 @@ from suite.analysis.tables import tidy_table
 from suite.records import Record, Status, write_record
 from suite.report.render import render_report
 from conftest import report_section
-from suite.stats import summarize
+from suite.measure.stats import summarize
 
 ROOT = Path(__file__).resolve().parent.parent
 PAPER = pd.read_csv(ROOT / "results/paper/bytetransformer_readme_a100_fp16_latency.csv")

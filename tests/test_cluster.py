@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from suite.cluster import (Allocation, AllocationError, multi_node_allocation, slurm_allocation,
-                           srun_environment)
-from suite.launch import command
-from suite.ports import free_port
+from suite.launch.slurm import (Allocation, AllocationError, multi_node_allocation,
+                                slurm_allocation, srun_environment)
+from suite.launch.jobs import command
+from suite.launch.ports import free_port
 from suite.records import Status, read_record
 
 ROOT = Path(__file__).resolve().parent.parent

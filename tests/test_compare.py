@@ -8,7 +8,7 @@ import pytest
 from suite.analysis.compare import CompareError, compare
 from suite.cli import main
 from suite.records import Record, Status, write_record
-from suite.stats import summarize
+from suite.measure.stats import summarize
 
 
 def _record(system, max_len, samples, config=None, status=Status.OK):

@@ -7,7 +7,7 @@ import itertools
 import pytest
 import torch
 
-from suite.corpus import (HELD_OUT_FRACTION, ByteTokenizer, corpus_tokens, load_corpus,
+from suite.experiments.corpus import (HELD_OUT_FRACTION, ByteTokenizer, corpus_tokens, load_corpus,
                           split_bounds, synthetic_batches, text_batches)
 
 

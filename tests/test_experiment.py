@@ -14,7 +14,7 @@ from suite.baselines import Baseline
 from suite.baselines.registry import baselines
 from suite.baselines.torch_hf import TorchEager
 from suite.experiments.bert_varlen import run_point
-from suite.launch import run_isolated
+from suite.launch.jobs import run_isolated
 from suite.records import Record, Status, read_record
 
 PEAK = {"schema_version": 1, "device": "cpu-test", "device_type": "cpu", "threads": 1,
@@ -136,7 +136,8 @@ def test_a_stopped_supervisor_takes_its_job_with_it(tmp_path, sig):
     pid_file = tmp_path / "child.pid"
     child = (f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
              "time.sleep(120)")
-    supervisor = ("import sys; from pathlib import Path; from suite.launch import run_isolated; "
+    supervisor = ("import sys; from pathlib import Path; "
+                  "from suite.launch.jobs import run_isolated; "
                   f"run_isolated([sys.executable, '-c', {child!r}], Path({str(tmp_path)!r}) / "
                   "'r.json', None, timeout_s=300)")
     proc = subprocess.Popen([sys.executable, "-c", supervisor], stderr=subprocess.PIPE,

@@ -477,7 +477,7 @@ def test_a_full_disk_names_the_cause_and_leaves_no_partial_record(plugin_path, t
 
 def _hand_record(system: str, config: dict, samples: list[float]):
     from suite.records import Record
-    from suite.stats import summarize
+    from suite.measure.stats import summarize
 
     return Record("bert_varlen", system,
                   {"batch_size": 2, "max_seq_len": 16, "distribution": "bytetransformer",

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from reference_impl.kernels.triton_attention import Tuning, load_tuning
-from suite.gpu_steps import STEPS, _choose
+from suite.gpu.steps import STEPS, _choose
 from suite.records import Status, read_record
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -42,6 +42,7 @@ def test_planning_modules_import_without_torch(no_torch_env):
             "from suite.baselines.registry import baselines\n"
             "from suite.trainers import registry\n"
             "assert 'torch-eager' in baselines.names() and 'single' in registry.names()\n"
+            "from suite.cli import build_parser; build_parser()  # every subcommand's parser\n"
             "assert 'torch' not in sys.modules or sys.modules['torch'] is None\n")
     proc = _run([sys.executable, "-c", code], no_torch_env, ROOT)
     assert proc.returncode == 0, proc.stderr

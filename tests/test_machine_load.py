@@ -1,4 +1,4 @@
-"""The load watched around a timing loop and the noisy verdict (suite.machine_load)."""
+"""The load watched around a timing loop and the noisy verdict (suite.measure.load)."""
 
 import subprocess
 import sys
@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from suite.machine_load import NOISY_CV, NOISY_OTHER_CPUS, noise_columns, verdict, watched
+from suite.measure.load import NOISY_CV, NOISY_OTHER_CPUS, noise_columns, verdict, watched
 
 BUSY = [sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 1.5: pass"]
 

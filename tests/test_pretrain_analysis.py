@@ -14,7 +14,7 @@ from suite.analysis import pma_analysis, vwn_analysis
 from suite.analysis.verdicts import CLAIM_COLUMNS, claim, verdict
 from suite.env import REPO_ROOT
 from suite.records import write_record
-from suite.stats import mean_ci
+from suite.measure.stats import mean_ci
 
 PAPER = REPO_ROOT / "results" / "paper"
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 from snakemake_interface_logger_plugins.common import LogEvent
 
-from suite.progress import Progress, duration
+from suite.workflow.progress import Progress, duration
 from suite.records import Record, Status, write_record
 
 

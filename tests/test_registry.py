@@ -18,7 +18,7 @@ from suite.experiments import registry
 from suite.experiments.registry import ExperimentSpec
 from suite.records import Record, Status, new_record, outcome, read_record
 from suite.report.columns import LAYOUTS
-from suite.stats import summarize
+from suite.measure.stats import summarize
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -17,12 +17,12 @@ import pytest
 from conftest import report_section
 
 from suite.analysis.tables import tidy_table
-from suite.ports import free_port
+from suite.launch.ports import free_port
 from suite.records import Record, Status, write_record
 from suite.report.render import render_report
 from suite.env import REPO_ROOT
 from suite.scale.datasets import load_paper, validation_table
-from suite.stats import summarize
+from suite.measure.stats import summarize
 
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 pytestmark = pytest.mark.skipif(

@@ -3,9 +3,9 @@ import time
 import pytest
 import torch
 
-from suite.stats import ratio_of_medians_ci, summarize
-from suite.timing import measure
-from suite.timing_policy import TimingPolicy
+from suite.measure.stats import ratio_of_medians_ci, summarize
+from suite.measure.timing import measure
+from suite.measure.policy import TimingPolicy
 
 
 def test_summary_of_known_samples():

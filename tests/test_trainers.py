@@ -20,9 +20,9 @@ import torch
 from suite import plugins
 from suite import steplog as sl
 from suite.config import ConfigError
-from suite import launch
+from suite.launch import jobs as launch
 from suite.experiments.llm_train import resolve_peak, run_training
-from suite.launch import command
+from suite.launch.jobs import command
 from suite.records import Status, read_record
 from suite.trainers import Trainer, registry as trainers
 from suite.trainers.config import TrainConfig

@@ -298,7 +298,7 @@ def test_workflow_end_to_end(workdir, monkeypatch, capsys):
     # analysis and the report again (the tables for their changed parameters, the rest after
     # them) from the same records, and nothing measured. A dry run: the published check below
     # builds the derived files of a whole machine folder anyway.
-    from suite import source_digest
+    from suite.workflow import source_digest
 
     real_digest = source_digest.digest
     monkeypatch.setattr(source_digest, "digest", lambda: "another-version")
@@ -393,7 +393,7 @@ def test_profiles_name_real_rules(profile):
 def test_the_source_digest_follows_every_source_file(tmp_path, monkeypatch):
     """What the derived rules carry: it changes with any code, template or data file of the
     package, and with nothing else."""
-    from suite import source_digest
+    from suite.workflow import source_digest
 
     (tmp_path / "report" / "templates").mkdir(parents=True)
     files = {"a.py": "x = 1\n", "report/templates/t.j2": "{{ x }}", "data/s.yaml": "k: 1\n"}

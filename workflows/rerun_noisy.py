@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Re-run the points timed on a busy machine: ``rerun_noisy.py CONFIG SNAKEMAKE [ARGS...]``.
 
-Why: a noisy point (``suite.machine_load``: CV over its threshold, or other processes busy while
+Why: a noisy point (``suite.measure.load``: CV over its threshold, or other processes busy while
 it was timed) is marked in the tables and the report; re-running it should be one command,
 ``make rerun-noisy``. Snakemake does not re-create a record while the tables after it are up to
 date, so the records ``seedbench noisy --config CONFIG`` lists for this machine are forced:

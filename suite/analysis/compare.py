@@ -5,7 +5,7 @@ of medians new / base with a bootstrap CI (resampling each side's samples), and 
 
 - ``slower`` / ``faster``: the CI lies wholly beyond 1 -/+ ``threshold``;
 - ``noisy``: either side's coefficient of variation exceeds ``noisy_cv``, or either record was
-  judged noisy when it was timed (other processes busy: ``suite.machine_load``), and the ratio
+  judged noisy when it was timed (other processes busy: ``suite.measure.load``), and the ratio
   is not clearly beyond the threshold, so a change could not be told from noise;
 - ``same``: otherwise.
 
@@ -28,10 +28,10 @@ from typing import Any
 
 import pandas as pd
 
-from suite.machine_load import NOISY_CV, noise_columns
+from suite.measure.load import NOISY_CV, noise_columns
 from suite.records import (NOT_RECORDS, Record, Status, config_diff, measurement_config,
                            read_record)
-from suite.stats import ratio_of_medians_ci
+from suite.measure.stats import ratio_of_medians_ci
 
 THRESHOLD = 0.05
 

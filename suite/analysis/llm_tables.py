@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from suite.experiments.llm_plan import ABLATION
-from suite.machine_load import noise_columns
+from suite.measure.load import noise_columns
 from suite.analysis.tables import read_checked
 
 

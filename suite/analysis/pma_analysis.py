@@ -17,7 +17,7 @@ import pandas as pd
 from suite.analysis.verdicts import CLAIM_COLUMNS, claim, not_tested
 from suite.analysis.tables import read_checked
 from suite.records import Record
-from suite.stats import mean_ci
+from suite.measure.stats import mean_ci
 
 PAPER = "PMA"
 

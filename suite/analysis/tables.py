@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from suite.machine_load import noise_columns
+from suite.measure.load import noise_columns
 from suite.records import Record, read_record
-from suite.stats import ratio_of_medians_ci
+from suite.measure.stats import ratio_of_medians_ci
 
 # Records that share these are the same workload point; speedups pair records across systems.
 POINT_KEYS = ["experiment", "machine", "config_hash", "subject", "batch_size", "max_seq_len",

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from suite.stats import mean_ci
+from suite.measure.stats import mean_ci
 
 VERDICTS = ("reproduced", "not reproduced", "inconclusive", "not tested")
 CLAIM_COLUMNS = ["paper", "claim", "paper_value", "measured", "ci_low", "ci_high", "n", "unit",

@@ -21,7 +21,7 @@ import pandas as pd
 
 from suite.analysis.verdicts import CLAIM_COLUMNS, claim
 from suite.analysis.tables import read_checked
-from suite.stats import mean_ci
+from suite.measure.stats import mean_ci
 
 LOSSES = {"next_token": "next-token", "next_2_token": "next-2-token"}
 

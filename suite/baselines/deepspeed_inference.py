@@ -31,7 +31,7 @@ import torch
 from suite.baselines.torch_hf import TorchEager
 from suite.devices import DTYPE_NAMES, torch_dtype
 from suite.models import hf_inputs
-from suite.ports import free_port
+from suite.launch.ports import free_port
 from suite.workloads import BertBatch
 
 

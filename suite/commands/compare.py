@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from suite.commands.common import results_folder
-from suite.machine_load import NOISY_CV
+from suite.measure.load import NOISY_CV
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

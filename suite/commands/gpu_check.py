@@ -19,7 +19,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from suite.gpu_check import run
+    from suite.gpu.pack import run
 
     steps = run(args.out, dry=args.dry, budget_s=args.budget_s)["steps"]
     for step in steps:

@@ -18,7 +18,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from suite.machine_load import noise_columns
+    from suite.measure.load import noise_columns
     from suite.records import NOT_RECORDS, read_record
 
     if not args.folders and not args.config:

@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{args.out}: {record.status.value} {record.reason[:200]}", file=sys.stderr)
         return 0
 
-    from suite.launch import run_isolated
+    from suite.launch.jobs import run_isolated
     from suite.records import Record, failed_record
 
     def failed(reason: str) -> Record:

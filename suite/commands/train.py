@@ -35,8 +35,8 @@ def run(args: argparse.Namespace) -> int:
     """Launch the run (torchrun, the deepspeed launcher or one process) under supervision: a
     crash, a hang past the limit (the whole process group is killed) or a missing record
     becomes a failed record."""
-    from suite.cluster import AllocationError, multi_node_allocation, srun_environment
-    from suite.launch import command, run_isolated
+    from suite.launch.slurm import AllocationError, multi_node_allocation, srun_environment
+    from suite.launch.jobs import command, run_isolated
     from suite.records import Record, failed_record, write_record
 
     train = json.loads(args.train_json)

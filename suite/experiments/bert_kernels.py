@@ -24,14 +24,14 @@ from reference_impl.kernels import varlen_attention
 from reference_impl.packing import pack, pack_info, unpack
 from suite import env as envmod
 from suite.config import BertVarlenConfig
-from suite.correctness import TOLERANCE
+from suite.measure.correctness import TOLERANCE
 from suite.devices import resolve_device, torch_dtype
 from suite.experiments.bert_names import OPS, SYSTEMS
 from suite.peak.schema import efficiency
-from suite.machine_load import watched, with_noise
+from suite.measure.load import watched, with_noise
 from suite.records import Record, Status, new_record, outcome
-from suite.stats import summarize
-from suite.timing import measure, timer_name
+from suite.measure.stats import summarize
+from suite.measure.timing import measure, timer_name
 from suite.workloads import bert_batch, flop_bounds, varlen_lengths
 
 BASELINE_OF = {"bert_mha": "padded-unfused", "bert_fused_ops": "unfused"}

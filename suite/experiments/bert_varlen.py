@@ -28,9 +28,9 @@ from suite.baselines import Baseline, Unavailable
 from suite.baselines.external import PREFIX as EXTERNAL_PREFIX, External, spec_from_config
 from suite.baselines.reference import Reference
 from suite.baselines.registry import baselines
-from suite.machine_load import watched, with_noise
+from suite.measure.load import watched, with_noise
 from suite.config import BertVarlenConfig
-from suite.correctness import compare
+from suite.measure.correctness import compare
 from suite.experiments.bert_names import ladder_name
 from suite.mfu import bert_encoder_flops
 from suite.models import KINDS, canonical_model, hf_inputs
@@ -39,8 +39,8 @@ from suite.experiments import registry
 from suite.peak.libraries import observe_gemm_library
 from suite.peak.schema import efficiency
 from suite.records import Record, Status, new_record, outcome
-from suite.stats import summarize
-from suite.timing import measure, timer_name
+from suite.measure.stats import summarize
+from suite.measure.timing import measure, timer_name
 from suite.workloads import BertBatch, bert_batch, flop_bounds, varlen_lengths
 
 # the registry's experiments this module runs (the others of the family: bert_kernels)

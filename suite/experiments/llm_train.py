@@ -68,14 +68,14 @@ from reference_impl.gpt import GPT
 from suite import env as envmod
 from suite import steplog as sl
 from suite.devices import resolve_device
-from suite.launch import MODULE
-from suite.machine_load import watched, with_noise
+from suite.launch.jobs import MODULE
+from suite.measure.load import watched, with_noise
 from suite.mfu import FlopCount, MfuFigure, mfu_figure
 from suite.peak.schema import describe, efficiency, read_peak
-from suite.ports import free_port
+from suite.launch.ports import free_port
 from suite.records import (Record, Status, Unavailable, failed_record, new_record, outcome,
                            write_record)
-from suite.stats import summarize
+from suite.measure.stats import summarize
 from suite.trainers import registry as trainers
 from suite.trainers.base import DistInfo, StepResult, Trainer, env_rank
 from suite.trainers.config import TrainConfig
@@ -101,7 +101,7 @@ GRAD_NORM_TOLERANCE = {"fp32": 1e-3, "bf16": 5e-2}
 
 def global_batches(cfg: TrainConfig) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """The run's stream of global batches, on CPU, identical on every rank."""
-    from suite.corpus import synthetic_batches, text_batches
+    from suite.experiments.corpus import synthetic_batches, text_batches
 
     if cfg.data == "synthetic":
         return synthetic_batches(cfg.model.vocab_size, cfg.global_batch, cfg.seq_len, cfg.seed)
@@ -111,7 +111,7 @@ def global_batches(cfg: TrainConfig) -> Iterator[tuple[torch.Tensor, torch.Tenso
 def heldout_batches(cfg: TrainConfig) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """A fixed held-out set: the text corpus's held-out split, or synthetic tokens from another
     seed; the same batches for every run of the same seq_len and global batch."""
-    from suite.corpus import synthetic_batches, text_batches
+    from suite.experiments.corpus import synthetic_batches, text_batches
 
     if cfg.data == "synthetic":
         return synthetic_batches(cfg.model.vocab_size, cfg.global_batch, cfg.seq_len,

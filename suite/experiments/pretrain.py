@@ -52,14 +52,14 @@ def build_optimizer(model: nn.Module, cfg: PretrainConfig) -> torch.optim.AdamW:
 
 
 def train_batches(cfg: PretrainConfig, seed: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    from suite.corpus import text_batches
+    from suite.experiments.corpus import text_batches
 
     return text_batches("train", cfg.batch, cfg.seq_len, seed=seed)
 
 
 def heldout_set(cfg: PretrainConfig) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """The fixed held-out batches (the corpus's held-out split), the same for every run."""
-    from suite.corpus import text_batches
+    from suite.experiments.corpus import text_batches
 
     stream = text_batches("val", cfg.batch, cfg.seq_len, seed=HELDOUT_SEED)
     return [next(stream) for _ in range(cfg.eval_batches)]

@@ -35,7 +35,7 @@ class ExperimentSpec:
     - ``runner``: one point -> a record, called by the family's run command. bert:
       ``(cfg, experiment, subject, system, batch_size, max_seq_len, peak)``; pretrain:
       ``(section, seed, series=, checkpoints=)``. llm runs are processes under a launcher
-      (``suite.launch``), so the llm family names none.
+      (``suite.launch.jobs``), so the llm family names none.
     - ``table``: pretrain only, ``(records, paper) -> (table, curves, claims)``; the other
       families share one table builder each (``seedbench table`` / ``llm-table``).
     - ``figure(FigureData, out)`` writes the PNG and SVG.

@@ -23,7 +23,7 @@ from suite import env as envmod
 from suite.experiments import pretrain
 from suite.experiments.pretrain_config import VWN_EXPERIMENT, PretrainConfig
 from suite.records import Record, Status, new_record, outcome
-from suite.stats import summarize
+from suite.measure.stats import summarize
 
 TIMING_WARMUP = 5  # first steps left out of the step-time statistics
 

@@ -19,8 +19,8 @@ from typing import Any
 import jinja2
 import pandas as pd
 
-from suite.correctness import REFERENCE, TOLERANCE
-from suite.machine_load import NOISY_CV, NOISY_OTHER_CPUS
+from suite.measure.correctness import REFERENCE, TOLERANCE
+from suite.measure.load import NOISY_CV, NOISY_OTHER_CPUS
 from suite.analysis.tidy import read_table
 from suite.experiments.registry import SPECS, ExperimentSpec
 from suite.peak.cpu_theory import isa_summary

@@ -16,7 +16,7 @@ from suite import machine_results
 from suite.experiments import llm_plan, pretrain_plan
 from suite.experiments import registry as experiments
 from suite.experiments.plan import jobs, speedup_baseline
-from suite.source_digest import digest as source_digest
+from suite.workflow.source_digest import digest as source_digest
 from suite.trainers import registry as trainer_registry
 
 

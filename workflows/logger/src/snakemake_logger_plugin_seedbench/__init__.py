@@ -1,5 +1,5 @@
-"""Snakemake logger plugin: feeds job events to ``suite.progress.Progress`` and prints its lines
-beside Snakemake's own output (which it leaves as it is)."""
+"""Snakemake logger plugin: feeds job events to ``suite.workflow.progress.Progress`` and prints
+its lines beside Snakemake's own output (which it leaves as it is)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from logging import LogRecord
 from snakemake_interface_logger_plugins.base import LogHandlerBase
 from snakemake_interface_logger_plugins.common import LogEvent
 
-from suite.progress import Progress
+from suite.workflow.progress import Progress
 
 
 def _path(formatted: str) -> str:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from suite.ports import free_port
+from suite.launch.ports import free_port
 from suite.records import Record, Status, clip, read_record, write_record
 from suite.trainers import registry as trainers
 

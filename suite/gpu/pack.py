@@ -172,7 +172,7 @@ class Pack:
 
 def run(out: Path, dry: bool = False, budget_s: float = BUDGET_S) -> dict[str, Any]:
     """Every step in order; returns the contents of ``steps.json``."""
-    from suite.gpu_steps import STEPS
+    from suite.gpu.steps import STEPS
 
     out.mkdir(parents=True, exist_ok=True)
     if dry:  # the autotune runs in this process: Triton must be interpreted before its import

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parents[1]  # suite/
 # the code, the report templates and the data files read at run time
 PATTERNS = ("*.py", "*.j2", "*.yaml", "*.csv")
 

@@ -1,4 +1,4 @@
-"""The steps of ``seedbench gpu-check`` (``suite.gpu_check``), in the order they run. Each takes
+"""The steps of ``seedbench gpu-check`` (``suite.gpu.pack``), in the order they run. Each takes
 the ``Pack`` and returns what ``steps.json`` keeps of it (``status`` when not ``ok``)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from itertools import product
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 # What the suite needs beyond torch, triton and transformers (each a module it imports)
 NEEDED = ("jsonschema", "yaml", "scipy", "pandas", "matplotlib", "jinja2", "threadpoolctl")
 

@@ -1,5 +1,5 @@
 """How long a callable is timed (``TimingPolicy``): torch-free, so that a config, and the workflow
-that plans from it, can be read without torch. ``suite.timing`` measures under it."""
+that plans from it, can be read without torch. ``suite.measure.timing`` measures under it."""
 
 from __future__ import annotations
 

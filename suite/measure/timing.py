@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import torch
 
-from suite.timing_policy import TimingPolicy
+from suite.measure.policy import TimingPolicy
 
 
 def timer_name(device: torch.device) -> str:
