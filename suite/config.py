@@ -20,6 +20,7 @@ import yaml
 from suite.measure.policy import TimingPolicy
 
 SCHEMA_PATH = Path(__file__).parent / "data" / "config.schema.yaml"  # package data
+DEVICES = ("auto", "cpu", "cuda")  # a config's device: auto is cuda where present
 
 
 class ConfigError(ValueError):

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import Literal
 
+from reference_impl.configs import CHECKPOINTING, MLPS
+
 
 def bert_encoder_flops(layers: int, hidden: int, intermediate: int,
                        lengths: Sequence[int]) -> float:
@@ -32,8 +34,6 @@ def bert_encoder_flops(layers: int, hidden: int, intermediate: int,
 # because papers differ on both and a bare percentage cannot be compared.
 
 Recompute = Literal["none", "selective", "full"]
-RECOMPUTE_MODES = ("none", "selective", "full")
-MLP_KINDS = ("gelu", "swiglu")
 
 
 def _positive(name: str, value: float) -> None:
@@ -48,8 +48,8 @@ def _positive_int(name: str, value: int) -> None:
 
 
 def _recompute_mode(recompute: str) -> None:
-    if recompute not in RECOMPUTE_MODES:
-        raise ValueError(f"recompute={recompute!r} is not one of {list(RECOMPUTE_MODES)}")
+    if recompute not in CHECKPOINTING:
+        raise ValueError(f"recompute={recompute!r} is not one of {list(CHECKPOINTING)}")
 
 
 def megatron_flops_per_token(layers: int, hidden: int, seq_len: int, vocab: int,
@@ -128,8 +128,8 @@ class TransformerShape:
         if self.heads % self.kv_heads:
             raise ValueError(f"heads={self.heads} must be a multiple of "
                              f"kv_heads={self.kv_heads} (grouped-query attention)")
-        if self.mlp not in MLP_KINDS:
-            raise ValueError(f"mlp={self.mlp!r} is not one of {list(MLP_KINDS)}")
+        if self.mlp not in MLPS:
+            raise ValueError(f"mlp={self.mlp!r} is not one of {list(MLPS)}")
         if self.sliding_window is not None:
             _positive_int("sliding_window", self.sliding_window)
 

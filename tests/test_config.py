@@ -165,3 +165,30 @@ def test_peak_libraries_are_the_ones_seedbench_peak_measures():
     assert validate({"peak": {"libraries": ["numpy"]}})["peak"]["libraries"] == ["numpy"]
     with pytest.raises(ConfigError, match="peak.libraries.0: 'mkl'"):
         validate({"peak": {"libraries": ["mkl"]}})
+
+
+def _enums(node, key, found=None):
+    """Every ``enum`` the schema gives a property named ``key``, at any depth."""
+    found = [] if found is None else found
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k == key and isinstance(v, dict) and "enum" in v:
+                found.append(v["enum"])
+            _enums(v, key, found)
+    elif isinstance(node, list):
+        for v in node:
+            _enums(v, key, found)
+    return found
+
+
+def test_the_schema_speaks_the_code_s_vocabulary():
+    """Each shared vocabulary is written once, in code; the schema's enums equal it."""
+    from reference_impl.configs import CHECKPOINTING, MLPS, NORMS
+    from suite.config import DEVICES, schema
+    from suite.scale.layout import RECOMPUTE
+
+    assert RECOMPUTE == CHECKPOINTING
+    for key, words in (("mlp", MLPS), ("norm", NORMS), ("checkpointing", CHECKPOINTING),
+                       ("device", DEVICES)):
+        enums = _enums(schema(), key)
+        assert enums and all(tuple(e) == words for e in enums), (key, enums)

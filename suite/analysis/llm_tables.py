@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from suite.experiments import train_interface as ti
 from suite.experiments.llm_plan import ABLATION
 from suite.measure.load import noise_columns
 from suite.analysis.tables import read_checked
@@ -22,7 +23,7 @@ def llm_row(path: Path) -> dict:
     rec = read_checked(path)
     stats = rec.timing.get("stats", {})
     d, c = rec.derived, rec.correctness
-    mfu, hfu = d.get("mfu") or {}, d.get("hfu") or {}
+    mfu, hfu = d.get(ti.MFU) or {}, d.get(ti.HFU) or {}
     return {
         # schema-1 records predate point.label: their label is the folder the workflow put them in
         "experiment": rec.experiment, "label": rec.point.get("label", Path(path).parent.name),
@@ -38,15 +39,15 @@ def llm_row(path: Path) -> dict:
         "iqr_ms": stats["iqr"] * 1e3 if "iqr" in stats else None,
         "cv": stats.get("cv"), "n_samples": stats.get("n"),
         **noise_columns(rec.timing),
-        "tokens_per_s": d.get("tokens_per_s"), "flops_per_token": d.get("flops_per_token"),
+        "tokens_per_s": d.get(ti.TOKENS_PER_S), "flops_per_token": d.get(ti.FLOPS_PER_TOKEN),
         "mfu_percent": mfu.get("percent"), "hfu_percent": hfu.get("percent"),
         "flop_formula": mfu.get("formula"), "peak_flops": mfu.get("peak_flops"),
-        "peak_source": mfu.get("peak_source") or d.get("peak_note"),
-        "peak_mem_mb": d["peak_mem_bytes"] / 2**20 if d.get("peak_mem_bytes") else None,
-        "first_loss": d.get("first_loss"), "final_loss": d.get("final_loss"),
-        "eval_loss": d.get("eval_loss"), "tokens_seen": d.get("tokens_seen"),
+        "peak_source": mfu.get("peak_source") or d.get(ti.PEAK_NOTE),
+        "peak_mem_mb": d[ti.PEAK_MEM_BYTES] / 2**20 if d.get(ti.PEAK_MEM_BYTES) else None,
+        "first_loss": d.get(ti.FIRST_LOSS), "final_loss": d.get(ti.FINAL_LOSS),
+        "eval_loss": d.get(ti.EVAL_LOSS), "tokens_seen": d.get(ti.TOKENS_SEEN),
         "gate_passed": c.get("passed"), "gate_max_rel_diff": c.get("max_rel_diff"),
-        "steplog": _steplog(Path(path), d.get("steplog")),
+        "steplog": _steplog(Path(path), d.get(ti.STEPLOG)),
         "machine": rec.env.get("machine"), "config_hash": rec.config_hash,
         "git_commit": rec.env.get("git", {}).get("commit"), "created_at": rec.created_at,
         "record": str(path),

@@ -8,6 +8,8 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+from suite.config import DEVICES
+
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -17,7 +19,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     peak.add_argument("--sizes", nargs="+", type=int, default=[1024, 2048])
     peak.add_argument("--repeats", type=int, default=3)
     peak.add_argument("--min-time-s", type=float, default=0.2, help="per timed round")
-    peak.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    peak.add_argument("--device", default="auto", choices=DEVICES)
     peak.add_argument("--threads", type=int, help="default: the usable cores")
     peak.add_argument("--libraries", nargs="+",
                       help="default: every library of the device type (torch.matmul, onednn, "

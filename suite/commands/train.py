@@ -8,7 +8,7 @@ import json
 import os
 
 from suite.experiments import registry as experiments
-from suite.experiments.train_args import add_run_arguments, rank_argv
+from suite.experiments.train_interface import add_run_arguments, rank_argv
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

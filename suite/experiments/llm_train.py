@@ -79,7 +79,8 @@ from suite.measure.stats import summarize
 from suite.trainers import registry as trainers
 from suite.trainers.base import DistInfo, StepResult, Trainer, env_rank
 from suite.trainers.config import TrainConfig
-from suite.experiments.train_args import DEFAULT_CHECK_STEPS, add_run_arguments
+from suite.experiments import train_interface as ti
+from suite.experiments.train_interface import DEFAULT_CHECK_STEPS, add_run_arguments
 
 EXPERIMENT = "llm_train"
 # Relative tolerances of the correctness gate against the fp32 single-process reference.
@@ -372,24 +373,15 @@ def run_training(section: dict[str, Any] | TrainConfig, trainer: str | Trainer,
 def _train(record: Record, cfg: TrainConfig, engine: Trainer, dist: DistInfo,
            steplog_path: str | os.PathLike, peak_file: dict[str, Any] | None,
            check_steps: int) -> None:
+    """The run: the correctness gate over the first steps, then the timed steps, then the
+    record's timing and derived figures."""
     device, world, rank = dist.device, dist.world_size, dist.rank
     if cfg.global_batch % world:
         raise ValueError(f"global_batch={cfg.global_batch} is not divisible by "
                          f"world_size={world}")
     threads = cfg.threads or max(1, envmod.usable_cores() // world)
     torch.set_num_threads(threads)
-    flops = cfg.flops()
-    record.point = {**record.point, "model": cfg.size_label(), "seq_len": cfg.seq_len,
-                    "global_batch": cfg.global_batch, "world_size": world, "dtype": cfg.dtype,
-                    "trainer": engine.name, "data": cfg.data}
-    tokens_per_step = cfg.global_batch * cfg.seq_len
-    record.workload = {"tokens_per_step": tokens_per_step, "micro_batch": cfg.global_batch // world,
-                       "flops_per_token": {"model": flops.model_flops_per_token,
-                                           "hardware": flops.hardware_flops_per_token,
-                                           "formula": flops.formula},
-                       "rank_slice": "contiguous rows [r*b, (r+1)*b) of each global batch",
-                       # torchrun's agents, one per node (1 without a launcher)
-                       "nodes": int(os.environ.get("GROUP_WORLD_SIZE", "1"))}
+    _describe(record, cfg, engine, world)
 
     reference = None
     if check_steps and rank == 0:  # before the engine exists: nothing else runs meanwhile
@@ -408,33 +400,109 @@ def _train(record: Record, cfg: TrainConfig, engine: Trainer, dist: DistInfo,
         return (rank_slice(x, rank, world).to(device, non_blocking=True),
                 rank_slice(y, rank, world).to(device, non_blocking=True))
 
-    if check_steps:
-        checked = [engine.train_step(*next_local()) for _ in range(check_steps)]
-        verdict = compare_steps(checked, reference, cfg.dtype) if rank == 0 else None
-        verdict = _broadcast(verdict, dist)
-        record.correctness = verdict
-        if not verdict["passed"]:
-            record.status = Status.INCORRECT
-            record.reason = (f"{engine.name} differs from the single-process reference over the "
-                             f"first {check_steps} steps: loss by {verdict['max_rel_diff']:.3g} "
-                             f"relative (max |diff| {verdict['max_abs_diff']:.3g}; tolerance "
-                             f"{TOLERANCE[cfg.dtype]:g}), gradient norm by "
-                             f"{verdict['grad_norm_max_rel_diff']:.3g} relative (tolerance "
-                             f"{GRAD_NORM_TOLERANCE[cfg.dtype]:g})")
-            record.derived["trainer"] = engine.details()
-            return
-    else:
-        record.correctness = {"passed": None, "check_steps": 0,
-                              "note": "correctness gate skipped (--check-steps 0)"}
-
+    if not _gate(record, cfg, engine, dist, next_local, reference, check_steps):
+        return
     nodes = max(1, world // int(os.environ.get("LOCAL_WORLD_SIZE", world)))
     peak, peak_note = resolve_peak(peak_file, cfg.dtype, device, world, threads * world // nodes,
                                    nodes=nodes)
+    times, losses, norms, load = _timed_steps(cfg, engine, dist, next_local, peak, steplog_path)
+    mem_per_rank = _gather(peak_memory(device)[0], dist)
+    eval_loss = _eval_loss(cfg, engine, dist)
+
+    samples = times[cfg.warmup_steps:]
+    stats = summarize(samples)
+    record.timing = with_noise({"unit": "s", "timer": "time.perf_counter on rank 0 around "
+                                "train_step (ends on the all-reduced loss)",
+                                "threads_per_rank": threads, "device": str(device),
+                                "warmup_steps": cfg.warmup_steps,
+                                "warmup_samples": times[:cfg.warmup_steps], "samples": samples,
+                                "stats": stats}, load)
+    tokens_per_step = cfg.global_batch * cfg.seq_len
+    tokens_per_s = tokens_per_step / stats["median"]
+    flops = cfg.flops()
+    m, h = utilization(tokens_per_s, flops, peak)
+    mem_bytes, mem_kind = peak_memory(device)
+    record.derived = {
+        ti.TOKENS_PER_S: tokens_per_s,
+        ti.TOKENS_PER_STEP: tokens_per_step,
+        ti.FLOPS_PER_TOKEN: flops.model_flops_per_token,
+        ti.HARDWARE_FLOPS_PER_TOKEN: flops.hardware_flops_per_token,
+        ti.FLOP_FORMULA: flops.formula,
+        ti.MFU: m.as_dict() if m else None,
+        ti.HFU: h.as_dict() if h else None,
+        ti.PEAK_DEVICES: peak.n_devices if peak else None,
+        ti.PEAK_NOTE: peak_note,
+        # MFU against every denominator peak.json has (each library, theoretical), per device
+        ti.MFU_DENOMINATORS: (efficiency(tokens_per_s * flops.model_flops_per_token
+                                         / peak.n_devices, peak_file, cfg.dtype, device.type)
+                              if peak else None),
+        ti.PEAK_MEM_BYTES: mem_bytes,
+        ti.PEAK_MEM_BYTES_PER_RANK: mem_per_rank,
+        ti.PEAK_MEM_KIND: mem_kind,
+        ti.FIRST_LOSS: losses[0], ti.FINAL_LOSS: losses[-1],
+        ti.EVAL_LOSS: eval_loss, ti.EVAL_BATCHES: cfg.eval_batches,
+        ti.TOKENS_SEEN: tokens_per_step * cfg.steps,
+        ti.FINAL_GRAD_NORM: norms[-1],
+        ti.LOSSES_FINITE: all(math.isfinite(v) for v in losses),
+        ti.STEPLOG: str(steplog_path),
+        ti.TRAINER: engine.details(),
+    }
+    record.status = Status.OK
+
+
+def _describe(record: Record, cfg: TrainConfig, engine: Trainer, world: int) -> None:
+    """The record's point and workload: what was trained, on how many ranks, how split."""
+    flops = cfg.flops()
+    record.point = {**record.point, "model": cfg.size_label(), "seq_len": cfg.seq_len,
+                    "global_batch": cfg.global_batch, "world_size": world, "dtype": cfg.dtype,
+                    "trainer": engine.name, "data": cfg.data}
+    record.workload = {"tokens_per_step": cfg.global_batch * cfg.seq_len,
+                       "micro_batch": cfg.global_batch // world,
+                       "flops_per_token": {"model": flops.model_flops_per_token,
+                                           "hardware": flops.hardware_flops_per_token,
+                                           "formula": flops.formula},
+                       "rank_slice": "contiguous rows [r*b, (r+1)*b) of each global batch",
+                       # torchrun's agents, one per node (1 without a launcher)
+                       "nodes": int(os.environ.get("GROUP_WORLD_SIZE", "1"))}
+
+
+def _gate(record: Record, cfg: TrainConfig, engine: Trainer, dist: DistInfo, next_local,
+          reference, check_steps: int) -> bool:
+    """The engine's first ``check_steps`` steps against the single-process reference's (rank 0
+    judges, every rank learns the verdict); False when it differs: the record says so."""
+    if not check_steps:
+        record.correctness = {"passed": None, "check_steps": 0,
+                              "note": "correctness gate skipped (--check-steps 0)"}
+        return True
+    checked = [engine.train_step(*next_local()) for _ in range(check_steps)]
+    verdict = compare_steps(checked, reference, cfg.dtype) if dist.rank == 0 else None
+    verdict = _broadcast(verdict, dist)
+    record.correctness = verdict
+    if verdict["passed"]:
+        return True
+    record.status = Status.INCORRECT
+    record.reason = (f"{engine.name} differs from the single-process reference over the "
+                     f"first {check_steps} steps: loss by {verdict['max_rel_diff']:.3g} "
+                     f"relative (max |diff| {verdict['max_abs_diff']:.3g}; tolerance "
+                     f"{TOLERANCE[cfg.dtype]:g}), gradient norm by "
+                     f"{verdict['grad_norm_max_rel_diff']:.3g} relative (tolerance "
+                     f"{GRAD_NORM_TOLERANCE[cfg.dtype]:g})")
+    record.derived[ti.TRAINER] = engine.details()
+    return False
+
+
+def _timed_steps(cfg: TrainConfig, engine: Trainer, dist: DistInfo, next_local, peak,
+                 steplog_path: str | os.PathLike):
+    """``cfg.steps`` timed optimizer steps (rank 0 logs each): their times, losses and gradient
+    norms, and the machine's load while they ran."""
+    device, rank = dist.device, dist.rank
+    tokens_per_step = cfg.global_batch * cfg.seq_len
+    flops = cfg.flops()
     writer = sl.StepLogWriter(steplog_path) if rank == 0 else None
     times, losses, norms = [], [], []
     # the load on this rank's machine while the steps run; the launcher's other ranks (each in a
     # session of its own under torchrun) are this run's work, not another program's
-    launched = "TORCHELASTIC_RUN_ID" in os.environ or world > 1
+    launched = "TORCHELASTIC_RUN_ID" in os.environ or dist.world_size > 1
     with watched(family_of=os.getppid() if launched else None) as load:
         try:
             for step in range(cfg.steps):
@@ -460,54 +528,20 @@ def _train(record: Record, cfg: TrainConfig, engine: Trainer, dist: DistInfo,
         finally:
             if writer is not None:
                 writer.close()
-    mem_per_rank = _gather(peak_memory(device)[0], dist)
-    eval_loss = None
-    if cfg.eval_batches:  # after the timed steps, so evaluation costs nothing in them
-        held_out = heldout_batches(cfg)
-        values = []
-        for _ in range(cfg.eval_batches):
-            x, y = next(held_out)
-            values.append(engine.eval_loss(rank_slice(x, rank, world).to(device),
-                                           rank_slice(y, rank, world).to(device)))
-        eval_loss = sum(values) / len(values)
+    return times, losses, norms, load
 
-    samples = times[cfg.warmup_steps:]
-    stats = summarize(samples)
-    record.timing = with_noise({"unit": "s", "timer": "time.perf_counter on rank 0 around "
-                                "train_step (ends on the all-reduced loss)",
-                                "threads_per_rank": threads, "device": str(device),
-                                "warmup_steps": cfg.warmup_steps,
-                                "warmup_samples": times[:cfg.warmup_steps], "samples": samples,
-                                "stats": stats}, load)
-    tokens_per_s = tokens_per_step / stats["median"]
-    m, h = utilization(tokens_per_s, flops, peak)
-    mem_bytes, mem_kind = peak_memory(device)
-    record.derived = {
-        "tokens_per_s": tokens_per_s,
-        "tokens_per_step": tokens_per_step,
-        "flops_per_token": flops.model_flops_per_token,
-        "hardware_flops_per_token": flops.hardware_flops_per_token,
-        "flop_formula": flops.formula,
-        "mfu": m.as_dict() if m else None,
-        "hfu": h.as_dict() if h else None,
-        "peak_devices": peak.n_devices if peak else None,
-        "peak_note": peak_note,
-        # MFU against every denominator peak.json has (each library, theoretical), per device
-        "mfu_denominators": (efficiency(tokens_per_s * flops.model_flops_per_token
-                                        / peak.n_devices, peak_file, cfg.dtype, device.type)
-                             if peak else None),
-        "peak_mem_bytes": mem_bytes,
-        "peak_mem_bytes_per_rank": mem_per_rank,
-        "peak_mem_kind": mem_kind,
-        "first_loss": losses[0], "final_loss": losses[-1],
-        "eval_loss": eval_loss, "eval_batches": cfg.eval_batches,
-        "tokens_seen": tokens_per_step * cfg.steps,
-        "final_grad_norm": norms[-1],
-        "losses_finite": all(math.isfinite(v) for v in losses),
-        "steplog": str(steplog_path),
-        "trainer": engine.details(),
-    }
-    record.status = Status.OK
+
+def _eval_loss(cfg: TrainConfig, engine: Trainer, dist: DistInfo) -> float | None:
+    """The held-out loss after the timed steps (so evaluation costs nothing in them)."""
+    if not cfg.eval_batches:
+        return None
+    held_out = heldout_batches(cfg)
+    values = []
+    for _ in range(cfg.eval_batches):
+        x, y = next(held_out)
+        values.append(engine.eval_loss(rank_slice(x, dist.rank, dist.world_size).to(dist.device),
+                                       rank_slice(y, dist.rank, dist.world_size).to(dist.device)))
+    return sum(values) / len(values)
 
 
 # ----------------------------------------------------------------------------- CLI

@@ -386,10 +386,13 @@ def gpt(pack) -> dict[str, Any]:
         return {"status": "failed", "reason": f"no record (exit {done.returncode}): "
                                               f"{done.stderr[-800:]}"}
     rec = json.loads(out.read_text())
-    mfu = (rec.get("derived") or {}).get("mfu") or {}
+    from suite.experiments import train_interface as ti
+
+    derived = rec.get("derived") or {}
+    mfu = derived.get(ti.MFU) or {}
     return {"record_status": rec["status"], "reason": rec.get("reason", "")[:500],
             "mfu_percent": mfu.get("percent"), "peak": mfu.get("peak_source"),
-            "tokens_per_s": (rec.get("derived") or {}).get("tokens_per_s"),
+            "tokens_per_s": derived.get(ti.TOKENS_PER_S),
             **({} if rec["status"] == "ok" else {"status": "failed"})}
 
 

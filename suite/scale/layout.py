@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from suite.mfu import RECOMPUTE_MODES
+from reference_impl.configs import CHECKPOINTING
 from suite.scale.checks import (
     check_bool,
     check_choice,
@@ -36,7 +36,7 @@ from suite.scale.checks import (
     check_positive_int,
 )
 
-RECOMPUTE = RECOMPUTE_MODES  # suite.mfu counts their FLOPs
+RECOMPUTE = CHECKPOINTING  # the GPT's checkpointing modes; suite.mfu counts their FLOPs
 ATTENTION = ("unfused", "fused_softmax", "flash1", "flash")
 DP_MODES = ("allreduce", "zero1", "zero2", "fsdp")
 # The cross entropy over the logits: (HBM bytes per logit forward + backward, bytes per logit

@@ -17,9 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil
 
+from reference_impl.configs import NORMS
+
 from suite.scale.checks import check_bool, check_choice, check_positive_int
 
-NORMS = ("layernorm", "rmsnorm")
 
 
 @dataclass(frozen=True)

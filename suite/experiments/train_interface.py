@@ -36,3 +36,30 @@ def rank_argv(args: argparse.Namespace, experiment: str) -> list[str]:
         if value is not None:
             argv += [flag, str(value)]
     return argv
+
+
+# The keys of a training record's ``derived`` (written by ``suite.experiments.llm_train``, read
+# by ``suite.analysis.llm_tables`` and the GPU pack): constants, so that a misspelt key is a
+# NameError, not a column of None.
+TOKENS_PER_S = "tokens_per_s"
+TOKENS_PER_STEP = "tokens_per_step"
+FLOPS_PER_TOKEN = "flops_per_token"
+HARDWARE_FLOPS_PER_TOKEN = "hardware_flops_per_token"
+FLOP_FORMULA = "flop_formula"
+MFU = "mfu"  # suite.mfu.MfuFigure.as_dict(), or None without a peak
+HFU = "hfu"
+PEAK_DEVICES = "peak_devices"
+PEAK_NOTE = "peak_note"
+MFU_DENOMINATORS = "mfu_denominators"
+PEAK_MEM_BYTES = "peak_mem_bytes"
+PEAK_MEM_BYTES_PER_RANK = "peak_mem_bytes_per_rank"
+PEAK_MEM_KIND = "peak_mem_kind"
+FIRST_LOSS = "first_loss"
+FINAL_LOSS = "final_loss"
+EVAL_LOSS = "eval_loss"
+EVAL_BATCHES = "eval_batches"
+TOKENS_SEEN = "tokens_seen"
+FINAL_GRAD_NORM = "final_grad_norm"
+LOSSES_FINITE = "losses_finite"
+STEPLOG = "steplog"
+TRAINER = "trainer"
