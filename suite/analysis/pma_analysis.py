@@ -97,86 +97,102 @@ def _merged_at(rec: Record, step: int, method: str, n: int, interval: int) -> fl
 
 def claims(runs: list[tuple[Path, Record]], headline: pd.DataFrame) -> pd.DataFrame:
     ok = [rec for _, rec in runs if rec.status.value == "ok"]
-    paper = dict(zip(headline.claim, headline.value))
-    rows = []
     if not ok:
         return pd.DataFrame(columns=CLAIM_COLUMNS)
+    paper = dict(zip(headline.claim, headline.value))
     h = ok[0].derived["headline"]
     setting = f"{h['method'].upper()} of N = {h['n']} checkpoints, V = {h['interval']} x V0"
-    rows.append(claim(PAPER, f"merging in the constant-LR phase beats the latest checkpoint "
-                      f"({setting}, set before the run)",
-                      f"HumanEval {paper.get('HumanEval 1.3B/13B latest -> merged', '?')}",
-                      [r.derived["headline"]["latest"] - r.derived["headline"]["merged"]
-                       for r in ok], sign=1, unit="nats (latest - merged)",
-                      note="the paper measures downstream accuracy; held-out loss here"))
-    # annealing: merged constant-LR model vs the longest decay fork
-    longest = [max(r.derived["decays"], key=lambda d: d["decay_steps"])
-               for r in ok if r.derived["decays"]]
-    if longest:
-        d = longest[0]["decay_steps"]
-        diff = [r.derived["headline"]["merged"] - dec["annealed"] for r, dec in zip(ok, longest)]
-        frac = [(r.derived["headline"]["latest"] - r.derived["headline"]["merged"])
-                / (r.derived["headline"]["latest"] - dec["annealed"])
-                for r, dec in zip(ok, longest)
-                if r.derived["headline"]["latest"] != dec["annealed"]]
-        fr = mean_ci(frac) if frac else None
-        rows.append(claim(PAPER, f"the merged constant-LR model is as good as the annealed one "
-                          f"at equal tokens (a fork that decays the LR to 0 over the last {d} "
-                          f"steps)", "comparable (Fig. 3)",
-                          diff, sign=-1, unit="nats (merged - annealed)", null=0.0,
-                          note=("reproduced would need merged <= annealed; "
-                                + (f"merging recovers {100 * fr['mean']:.0f}% "
-                                   f"[{100 * fr['ci_low']:.0f}, {100 * fr['ci_high']:.0f}] of "
-                                   f"the annealing gain" if fr else ""))))
-        rows.append(claim(PAPER, "merging inside the decay improves on the annealed model "
-                          f"(SMA of the last decay checkpoints, {d}-step fork)",
-                          "not stated; measured for completeness",
-                          [dec["annealed"] - dec["merged_in_decay"] for dec in longest],
-                          sign=1, unit="nats (annealed - merged in decay)",
-                          note="while the LR falls the checkpoints lag the annealed model: "
-                               "a negative value means merging them costs"))
-    # method ranking early vs late: WMA vs SMA at the headline N and V
-    n, v = h["n"], h["interval"] * ok[0].workload["checkpoint_every"]
-    steps = sorted({g["step"] for g in ok[0].derived["merges"]
-                    if g["n"] == n and g["interval_steps"] == v})
-    if len(steps) >= 2:
-        early, late = steps[0], steps[-1]
-
-        def gap(rec: Record, step: int) -> float | None:
-            s, w = (_merged_at(rec, step, "sma", n, v), _merged_at(rec, step, "wma", n, v))
-            return None if s is None or w is None else s - w
-
-        rows.append(claim(PAPER, f"early in training WMA merges better than SMA (step {early}, "
-                          f"N = {n}, V = {v})", paper.get("method ranking early in training"),
-                          [gap(r, early) for r in ok], sign=1, unit="nats (SMA - WMA)",
-                          note="Fig. 4; EMA(0.1), EMA(0.2) are in the grid"))
-        rows.append(claim(PAPER, f"the methods' differences vanish later (|SMA - WMA| at step "
-                          f"{early} minus at step {late})", "differences vanish later",
-                          [abs(gap(r, early)) - abs(gap(r, late)) for r in ok
-                           if gap(r, early) is not None and gap(r, late) is not None],
-                          sign=1, unit="nats", note="Fig. 4"))
-    spikes = [r.derived["spike"] for r in ok if r.derived.get("spike")]
-    if spikes:
-        rise = mean_ci([s["after_spike"] - s["pre_spike_loss"] for s in spikes])
-        note = (f"the raised LR (x{spikes[0]['lr_factor']:g} for the spike's steps) lifted the "
-                f"held-out loss by {rise['mean']:.3f} nats on average")
-        if rise["mean"] <= 0:
-            note = "no spike was caused (held-out loss did not rise): " + note
-        rows.append(claim(PAPER, f"resuming from the SMA of {len(spikes[0]['pre_spike_steps'])} "
-                          f"pre-spike checkpoints recovers (vs continuing from the spiked "
-                          f"weights, after {spikes[0]['resume_steps']} steps)",
-                          paper.get("loss spike recovery"),
-                          [s["final"]["spiked"] - s["final"]["merged"] for s in spikes],
-                          sign=1, unit="nats (spiked - merged)", note=note))
-        rows.append(claim(PAPER, "control the paper lacks: the merged restart beats restarting "
-                          "from the last pre-spike checkpoint", "not in the paper",
-                          [s["final"]["last"] - s["final"]["merged"] for s in spikes], sign=1,
-                          unit="nats (last - merged)",
-                          note="both rollbacks keep the pre-spike optimizer state"))
+    rows = [claim(PAPER, f"merging in the constant-LR phase beats the latest checkpoint "
+                  f"({setting}, set before the run)",
+                  f"HumanEval {paper.get('HumanEval 1.3B/13B latest -> merged', '?')}",
+                  [r.derived["headline"]["latest"] - r.derived["headline"]["merged"]
+                   for r in ok], sign=1, unit="nats (latest - merged)",
+                  note="the paper measures downstream accuracy; held-out loss here")]
+    rows += _annealing_claims(ok)
+    rows += _ranking_claims(ok, paper)
+    rows += _spike_claims(ok, paper)
     rows.append(not_tested(PAPER, "the best interval V grows with model size",
                            f"{paper.get('best interval V (1.3B/13B MoE)', '?')} at 1.3B/13B", "",
                            "needs several model sizes; one size is run here"))
     return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
+
+
+def _annealing_claims(ok: list[Record]) -> list[dict]:
+    """The merged constant-LR model against the longest decay fork, and merging in the decay."""
+    longest = [max(r.derived["decays"], key=lambda d: d["decay_steps"])
+               for r in ok if r.derived["decays"]]
+    if not longest:
+        return []
+    d = longest[0]["decay_steps"]
+    diff = [r.derived["headline"]["merged"] - dec["annealed"] for r, dec in zip(ok, longest)]
+    frac = [(r.derived["headline"]["latest"] - r.derived["headline"]["merged"])
+            / (r.derived["headline"]["latest"] - dec["annealed"])
+            for r, dec in zip(ok, longest)
+            if r.derived["headline"]["latest"] != dec["annealed"]]
+    fr = mean_ci(frac) if frac else None
+    return [claim(PAPER, f"the merged constant-LR model is as good as the annealed one "
+                  f"at equal tokens (a fork that decays the LR to 0 over the last {d} "
+                  f"steps)", "comparable (Fig. 3)",
+                  diff, sign=-1, unit="nats (merged - annealed)", null=0.0,
+                  note=("reproduced would need merged <= annealed; "
+                        + (f"merging recovers {100 * fr['mean']:.0f}% "
+                           f"[{100 * fr['ci_low']:.0f}, {100 * fr['ci_high']:.0f}] of "
+                           f"the annealing gain" if fr else ""))),
+            claim(PAPER, "merging inside the decay improves on the annealed model "
+                  f"(SMA of the last decay checkpoints, {d}-step fork)",
+                  "not stated; measured for completeness",
+                  [dec["annealed"] - dec["merged_in_decay"] for dec in longest],
+                  sign=1, unit="nats (annealed - merged in decay)",
+                  note="while the LR falls the checkpoints lag the annealed model: "
+                       "a negative value means merging them costs")]
+
+
+def _ranking_claims(ok: list[Record], paper: dict) -> list[dict]:
+    """Method ranking early vs late: WMA against SMA at the headline N and V."""
+    h = ok[0].derived["headline"]
+    n, v = h["n"], h["interval"] * ok[0].workload["checkpoint_every"]
+    steps = sorted({g["step"] for g in ok[0].derived["merges"]
+                    if g["n"] == n and g["interval_steps"] == v})
+    if len(steps) < 2:
+        return []
+    early, late = steps[0], steps[-1]
+
+    def gap(rec: Record, step: int) -> float | None:
+        s, w = (_merged_at(rec, step, "sma", n, v), _merged_at(rec, step, "wma", n, v))
+        return None if s is None or w is None else s - w
+
+    return [claim(PAPER, f"early in training WMA merges better than SMA (step {early}, "
+                  f"N = {n}, V = {v})", paper.get("method ranking early in training"),
+                  [gap(r, early) for r in ok], sign=1, unit="nats (SMA - WMA)",
+                  note="Fig. 4; EMA(0.1), EMA(0.2) are in the grid"),
+            claim(PAPER, f"the methods' differences vanish later (|SMA - WMA| at step "
+                  f"{early} minus at step {late})", "differences vanish later",
+                  [abs(gap(r, early)) - abs(gap(r, late)) for r in ok
+                   if gap(r, early) is not None and gap(r, late) is not None],
+                  sign=1, unit="nats", note="Fig. 4")]
+
+
+def _spike_claims(ok: list[Record], paper: dict) -> list[dict]:
+    """Recovery from a loss spike: the merged restart against the spiked and last weights."""
+    spikes = [r.derived["spike"] for r in ok if r.derived.get("spike")]
+    if not spikes:
+        return []
+    rise = mean_ci([s["after_spike"] - s["pre_spike_loss"] for s in spikes])
+    note = (f"the raised LR (x{spikes[0]['lr_factor']:g} for the spike's steps) lifted the "
+            f"held-out loss by {rise['mean']:.3f} nats on average")
+    if rise["mean"] <= 0:
+        note = "no spike was caused (held-out loss did not rise): " + note
+    return [claim(PAPER, f"resuming from the SMA of {len(spikes[0]['pre_spike_steps'])} "
+                  f"pre-spike checkpoints recovers (vs continuing from the spiked "
+                  f"weights, after {spikes[0]['resume_steps']} steps)",
+                  paper.get("loss spike recovery"),
+                  [s["final"]["spiked"] - s["final"]["merged"] for s in spikes],
+                  sign=1, unit="nats (spiked - merged)", note=note),
+            claim(PAPER, "control the paper lacks: the merged restart beats restarting "
+                  "from the last pre-spike checkpoint", "not in the paper",
+                  [s["final"]["last"] - s["final"]["merged"] for s in spikes], sign=1,
+                  unit="nats (last - merged)",
+                  note="both rollbacks keep the pre-spike optimizer state")]
 
 
 def table_step(paths: Iterable[str | Path], paper: dict[str, pd.DataFrame]

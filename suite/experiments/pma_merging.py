@@ -120,7 +120,36 @@ def _run(record: Record, pma: dict[str, Any], seed: int, root: Path) -> None:
     pretrain.train(main, steps, constant, on_main)
     latest = {row["step"]: row["latest"] for row in curve}
 
-    # 1. the merge grid
+    merges = _merge_grid(pma, cfg, ckpts, latest, loss_of_state)
+
+    h = pma["headline"]
+    h_method, h_alpha = parse_method(h["method"])
+    h_span = [steps - i * h["interval"] * v0 for i in range(h["n"])][::-1]
+    headline = loss_of_state(ckpts.merged(h_span, h_method, h_alpha))
+
+    decays = _decay_forks(pma, cfg, forks, root, loss_of, loss_of_state)
+
+    # 3. the loss spike
+    spike = None
+    sp = pma["spike"]
+    if sp["enabled"]:
+        spike = _spike(main, sp, ckpts, v0, steps, loss_of)
+
+    record.workload = {"tokens_per_step": cfg.tokens_per_step, "checkpoint_every": v0,
+                       "data": "kjv bytes, train split",
+                       "heldout": f"{cfg.eval_batches} x {cfg.batch} x {cfg.seq_len} bytes of the "
+                                  f"held-out split (fixed seed)"}
+    record.derived = {"curve": curve, "merges": merges,
+                      "headline": {**h, "merged": headline, "latest": latest[steps],
+                                   "steps": h_span},
+                      "decays": decays, "spike": spike, "constant_steps": steps}
+    record.status = Status.OK
+
+
+def _merge_grid(pma: dict[str, Any], cfg: PretrainConfig, ckpts: Checkpoints,
+                latest: dict[int, float], loss_of_state) -> list[dict[str, Any]]:
+    """1. Every (merge point, method, count, interval) whose oldest checkpoint exists."""
+    v0, steps = pma["checkpoint_every"], cfg.steps
     points = sorted({t for t in range(pma["merge_every"], steps + 1, pma["merge_every"])
                      if t % v0 == 0} | {steps})
     merges = []
@@ -136,13 +165,13 @@ def _run(record: Record, pma: dict[str, Any], seed: int, root: Path) -> None:
                                    "method": spec, "n": n, "interval_steps": k * v0,
                                    "merged": loss_of_state(ckpts.merged(span, method, alpha)),
                                    "latest": latest[t]})
+    return merges
 
-    h = pma["headline"]
-    h_method, h_alpha = parse_method(h["method"])
-    h_span = [steps - i * h["interval"] * v0 for i in range(h["n"])][::-1]
-    headline = loss_of_state(ckpts.merged(h_span, h_method, h_alpha))
 
-    # 2. decay forks over the last d steps: annealed models at the same tokens as the merges
+def _decay_forks(pma: dict[str, Any], cfg: PretrainConfig, forks: dict[int, pretrain.Run],
+                 root: Path, loss_of, loss_of_state) -> list[dict[str, Any]]:
+    """2. Each fork decays over the last d steps: annealed models at the merges' tokens."""
+    v0, steps, h = pma["checkpoint_every"], cfg.steps, pma["headline"]
     decays = []
     for d in pma["decay"]["steps"]:
         fork = forks[d]
@@ -166,25 +195,10 @@ def _run(record: Record, pma: dict[str, Any], seed: int, root: Path) -> None:
                        "annealed": loss_of(fork.model),
                        "merged_in_decay": loss_of_state(dck.merged(inside, "sma", 0.2)),
                        "merged_in_decay_n": len(inside), "curve": dcurve})
-
-    # 3. the loss spike
-    spike = None
-    sp = pma["spike"]
-    if sp["enabled"]:
-        spike = _spike(main, cfg, sp, ckpts, v0, steps, loss_of)
-
-    record.workload = {"tokens_per_step": cfg.tokens_per_step, "checkpoint_every": v0,
-                       "data": "kjv bytes, train split",
-                       "heldout": f"{cfg.eval_batches} x {cfg.batch} x {cfg.seq_len} bytes of the "
-                                  f"held-out split (fixed seed)"}
-    record.derived = {"curve": curve, "merges": merges,
-                      "headline": {**h, "merged": headline, "latest": latest[steps],
-                                   "steps": h_span},
-                      "decays": decays, "spike": spike, "constant_steps": steps}
-    record.status = Status.OK
+    return decays
 
 
-def _spike(main: pretrain.Run, cfg: PretrainConfig, sp: dict[str, Any],
+def _spike(main: pretrain.Run, sp: dict[str, Any],
            ckpts: Checkpoints, v0: int, steps: int, loss_of) -> dict[str, Any]:
     pre = [steps - i * v0 for i in range(sp["checkpoints"])][::-1]
     spiked = main.fork()

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from suite.launch.ports import free_port
 from suite.records import Record, Status, clip, read_record, write_record
 from suite.trainers import registry as trainers
+from suite.trainers.config import LAUNCHERS
 
 if TYPE_CHECKING:
     from suite.trainers.base import Trainer
@@ -181,36 +182,45 @@ def command(trainer: str | Trainer, nprocs: int, args: Sequence[str], *, nnodes:
     if nnodes > 1 and not rdzv_endpoint:
         raise ValueError(f"nnodes={nnodes} needs rdzv_endpoint='HOST:PORT' (a host every node "
                          f"reaches, e.g. node 0)")
+    if launcher not in LAUNCHERS:
+        raise ValueError(f"launcher={launcher!r} is not one of {list(LAUNCHERS)}")
     if launcher == "deepspeed":
-        ds = _script("deepspeed", python)
-        if ds is None:
-            raise FileNotFoundError("the deepspeed launcher is not installed (pip install "
-                                    "deepspeed)")
-        cmd = [ds, "--num_gpus", str(nprocs), "--num_nodes", str(nnodes)]
-        if nnodes == 1:  # its default 29500 would collide with any other run on this host
-            cmd += ["--master_port", str(free_port())]
-        else:
-            if not hostfile:
-                raise ValueError(f"deepspeed with nnodes={nnodes} needs a hostfile "
-                                 f"('host slots=N' per line)")
-            host, _, port = rdzv_endpoint.rpartition(":")
-            cmd += ["--hostfile", hostfile, "--master_addr", host, "--master_port", port]
+        cmd = _deepspeed(python, nprocs, nnodes, hostfile, rdzv_endpoint)
         return [*cmd, "--no_local_rank", "--module", MODULE, *args]
-    if launcher != "torchrun":
-        raise ValueError(f"launcher={launcher!r} is not one of ['torchrun', 'deepspeed', "
-                         f"'single']")
+    cmd = _torchrun(python, nprocs, nnodes, node_rank, rdzv_endpoint, rdzv_id, local_addr,
+                    join_timeout_s)
+    return [*cmd, "-m", MODULE, *args]
+
+
+def _deepspeed(python: str, nprocs: int, nnodes: int, hostfile: str | None,
+               rdzv_endpoint: str | None) -> list[str]:
+    ds = _script("deepspeed", python)
+    if ds is None:
+        raise FileNotFoundError("the deepspeed launcher is not installed (pip install "
+                                "deepspeed)")
+    cmd = [ds, "--num_gpus", str(nprocs), "--num_nodes", str(nnodes)]
+    if nnodes == 1:  # its default 29500 would collide with any other run on this host
+        return [*cmd, "--master_port", str(free_port())]
+    if not hostfile:
+        raise ValueError(f"deepspeed with nnodes={nnodes} needs a hostfile "
+                         f"('host slots=N' per line)")
+    host, _, port = rdzv_endpoint.rpartition(":")
+    return [*cmd, "--hostfile", hostfile, "--master_addr", host, "--master_port", port]
+
+
+def _torchrun(python: str, nprocs: int, nnodes: int, node_rank: int | None,
+              rdzv_endpoint: str | None, rdzv_id: str, local_addr: str | None,
+              join_timeout_s: float | None) -> list[str]:
     runner = _script("torchrun", python)
     cmd = [runner] if runner else [python, "-m", "torch.distributed.run"]
     if nnodes == 1 and not rdzv_endpoint:
-        cmd += ["--standalone", "--nproc-per-node", str(nprocs)]
-    else:
-        cmd += ["--nnodes", str(nnodes), "--nproc-per-node", str(nprocs),
-                "--rdzv-backend", "c10d", "--rdzv-endpoint", rdzv_endpoint,
-                "--rdzv-id", rdzv_id]
-        if node_rank is not None:
-            cmd += ["--node-rank", str(node_rank)]
-        if local_addr:
-            cmd += ["--local-addr", local_addr]
-        if join_timeout_s is not None:
-            cmd += ["--rdzv-conf", f"join_timeout={max(1, int(join_timeout_s))}"]
-    return [*cmd, "-m", MODULE, *args]
+        return [*cmd, "--standalone", "--nproc-per-node", str(nprocs)]
+    cmd += ["--nnodes", str(nnodes), "--nproc-per-node", str(nprocs),
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", rdzv_endpoint, "--rdzv-id", rdzv_id]
+    if node_rank is not None:
+        cmd += ["--node-rank", str(node_rank)]
+    if local_addr:
+        cmd += ["--local-addr", local_addr]
+    if join_timeout_s is not None:
+        cmd += ["--rdzv-conf", f"join_timeout={max(1, int(join_timeout_s))}"]
+    return cmd

@@ -35,8 +35,6 @@ from torch import nn
 
 from suite.trainers.config import OPTIMIZERS, TrainConfig
 
-LAUNCHERS = ("torchrun", "deepspeed", "single")
-
 
 @dataclass(frozen=True)
 class StepResult:
@@ -68,7 +66,7 @@ class Trainer(ABC):
 
     name: str = ""
     description: str = ""
-    launcher: str = "torchrun"  # one of LAUNCHERS: how ``suite.launch.command`` starts the ranks
+    launcher: str = "torchrun"  # config.LAUNCHERS: how ``suite.launch.command`` starts ranks
 
     def available(self) -> tuple[bool, str]:
         """Whether this engine can run here; ``(False, reason)`` instead of raising, so that a

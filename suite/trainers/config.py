@@ -15,6 +15,8 @@ from suite.mfu import FlopCount, TransformerShape, count_flops
 # a section's types, ranges and choices (optimizer, dtype, data, device) are the schema's
 # $defs.llm_run (suite.config.validate_section); OPTIMIZERS is what the engines build
 OPTIMIZERS = ("adamw", "lamb")
+# how suite.launch.command starts an engine's ranks (Trainer.launcher)
+LAUNCHERS = ("torchrun", "deepspeed", "single")
 # GPTConfig fields a section may set; dropout is left out: each rank would draw its own masks,
 # and no engine could match the single-process reference.
 MODEL_KEYS = tuple(f.name for f in dataclasses.fields(GPTConfig) if f.name != "dropout")
