@@ -190,6 +190,18 @@ class MLP(nn.Module):
 # ----------------------------------------------------------------------------- block and model
 
 
+def embed(model: nn.Module, idx: torch.Tensor) -> torch.Tensor:
+    """Token (+ learned position) embeddings after dropout, for any model with ``config``,
+    ``wte``, ``wpe`` (None with RoPE) and ``drop``; refuses sequences beyond ``block_size``."""
+    T = idx.shape[1]
+    if T > model.config.block_size:
+        raise ValueError(f"sequence length {T} exceeds block_size={model.config.block_size}")
+    x = model.wte(idx)
+    if model.wpe is not None:
+        x = x + model.wpe(torch.arange(T, device=idx.device))
+    return model.drop(x)
+
+
 class Block(nn.Module):
     """Pre-norm transformer block. ``forward`` adds the residuals; the branches alone are
     ``attn_branch`` and ``mlp_branch``."""
@@ -254,13 +266,7 @@ class GPT(nn.Module):
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``targets`` ``(B, T)`` of next tokens, -1 where no loss counts."""
-        B, T = idx.shape
-        if T > self.config.block_size:
-            raise ValueError(f"sequence length {T} exceeds block_size={self.config.block_size}")
-        x = self.wte(idx)
-        if self.wpe is not None:
-            x = x + self.wpe(torch.arange(T, device=idx.device))
-        x = self.drop(x)
+        x = embed(self, idx)
         for block in self.blocks:
             x = block(x)
         logits = self.lm_head(self.norm_f(x))

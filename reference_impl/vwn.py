@@ -74,7 +74,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from reference_impl.configs import GPTConfig, VWNConfig
-from reference_impl.gpt import INIT_STD, NORM_EPS, Block, GPT, Norm
+from reference_impl.gpt import INIT_STD, NORM_EPS, GPT, Block, Norm, embed
 
 
 # ----------------------------------------------------------------------------- GHC
@@ -236,13 +236,7 @@ class VWNGPT(nn.Module):
 
     def features(self, idx: torch.Tensor) -> torch.Tensor:
         """The wide state after the last layer, ``(B, T, D')`` (before the output path)."""
-        T = idx.shape[1]
-        if T > self.config.block_size:
-            raise ValueError(f"sequence length {T} exceeds block_size={self.config.block_size}")
-        h = self.wte(idx)
-        if self.wpe is not None:
-            h = h + self.wpe(torch.arange(T, device=idx.device))
-        h = self.drop(h)
+        h = embed(self, idx)
         full = self.config.checkpointing == "full" and torch.is_grad_enabled()
         for layer in self.layers:
             h = checkpoint(layer, h, use_reentrant=False) if full else layer(h)
@@ -276,13 +270,7 @@ class VWNGPT(nn.Module):
     def num_params(self, non_embedding: bool = True) -> int:
         """Parameter count, a tied matrix once; ``non_embedding`` drops the lookup tables by
         ``gpt.GPT.num_params``'s rule (a tied token table stays: it is also the head GEMM)."""
-        n = sum(p.numel() for p in self.parameters())
-        if non_embedding:
-            if self.wpe is not None:
-                n -= self.wpe.weight.numel()
-            if not self.config.tied_embeddings:
-                n -= self.wte.weight.numel()
-        return n
+        return GPT.num_params(self, non_embedding)
 
 
 # ----------------------------------------------------------------------------- weight decay

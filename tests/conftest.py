@@ -61,6 +61,17 @@ def tiny_cfg() -> BertVarlenConfig:
     })
 
 
+def assert_token_types_default_to_zero(model, batch) -> None:
+    """No token types means all zeros, and the batch's sentence-pair types reach the
+    embeddings (the output changes)."""
+    with torch.inference_mode():
+        a = model(batch.input_ids, batch.attention_mask)
+        b = model(batch.input_ids, batch.attention_mask, torch.zeros_like(batch.input_ids))
+        c = model(batch.input_ids, batch.attention_mask, batch.token_type_ids)
+    assert torch.equal(a, b)
+    assert not torch.allclose(a, c)
+
+
 def count_onednn_calls(monkeypatch, module) -> dict[str, int]:
     """Spy on ``module.dense``: counts the linear layers that took the oneDNN path (those
     given a packed-weight cache)."""

@@ -12,7 +12,7 @@ from transformers.models.deberta_v2.modeling_deberta_v2 import make_log_bucket_p
 from reference_impl.deberta import PaddingFreeDebertaV2, log_bucket
 from suite.workloads import bert_batch
 
-from conftest import count_onednn_calls
+from conftest import assert_token_types_default_to_zero, count_onednn_calls
 
 VOCAB = 100
 BASE = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -152,13 +152,7 @@ def test_copy_keeps_dtype_and_returns_eval_mode():
 
 def test_token_types_default_to_zero():
     ours = PaddingFreeDebertaV2.from_hf(hf_model("types_and_absolute_positions"))
-    batch = bert_batch([6, 3], 8, VOCAB)
-    with torch.inference_mode():
-        a = ours(batch.input_ids, batch.attention_mask)
-        b = ours(batch.input_ids, batch.attention_mask, torch.zeros_like(batch.input_ids))
-        c = ours(batch.input_ids, batch.attention_mask, batch.token_type_ids)
-    assert torch.equal(a, b)
-    assert not torch.allclose(a, c)  # the sentence-pair types do reach the embeddings
+    assert_token_types_default_to_zero(ours, bert_batch([6, 3], 8, VOCAB))
 
 
 def _tiny(**overrides) -> DebertaV2Model:

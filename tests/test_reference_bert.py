@@ -10,7 +10,7 @@ from suite.config import BertDims
 from suite.models import canonical_bert
 from suite.workloads import bert_batch
 
-from conftest import TINY_MODEL, count_onednn_calls
+from conftest import TINY_MODEL, assert_token_types_default_to_zero, count_onednn_calls
 
 
 def naive_attention(q, k, v, causal):
@@ -45,32 +45,31 @@ def test_varlen_attention_rejects_bad_input():
         varlen_attention(q, q[:2], q, cu, 3)
 
 
+def assert_matches_hf(hf, ours, batch, atol, token_types=True):
+    """Our output equals HF's on the valid positions and is zero on the padding."""
+    kwargs = {"token_type_ids": batch.token_type_ids} if token_types else {}
+    with torch.inference_mode():
+        expected = hf(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                      **kwargs).last_hidden_state
+        got = ours(batch.input_ids, batch.attention_mask, kwargs.get("token_type_ids"))
+    valid = batch.attention_mask.bool()
+    assert got.shape == expected.shape and torch.isfinite(got).all()
+    torch.testing.assert_close(got[valid], expected[valid], rtol=0, atol=atol)
+    assert (got[~valid] == 0).all()
+
+
 @pytest.mark.parametrize("lengths", [[5, 0, 16, 1], [16, 16], [0, 0, 3]])
 def test_padding_free_bert_matches_hf_on_valid_positions(lengths):
     hf = canonical_bert(BertDims(**TINY_MODEL), max_position=16, seed=0).double()
     ours = PaddingFreeBert.from_hf(hf)
     assert next(ours.parameters()).dtype == torch.float64
-    batch = bert_batch(lengths, 16, TINY_MODEL["vocab_size"], seed=2)
-    with torch.inference_mode():
-        expected = hf(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                      token_type_ids=batch.token_type_ids).last_hidden_state
-        got = ours(batch.input_ids, batch.attention_mask, batch.token_type_ids)
-    valid = batch.attention_mask.bool()
-    assert got.shape == expected.shape
-    torch.testing.assert_close(got[valid], expected[valid], rtol=0, atol=1e-10)
-    assert (got[~valid] == 0).all()
+    assert_matches_hf(hf, ours, bert_batch(lengths, 16, TINY_MODEL["vocab_size"], seed=2), 1e-10)
 
 
 def test_token_types_default_to_zero():
     hf = canonical_bert(BertDims(**TINY_MODEL), max_position=8, seed=0)
     ours = PaddingFreeBert.from_hf(hf)
-    batch = bert_batch([4, 2], 8, TINY_MODEL["vocab_size"])
-    with torch.inference_mode():
-        a = ours(batch.input_ids, batch.attention_mask)
-        b = ours(batch.input_ids, batch.attention_mask, torch.zeros_like(batch.input_ids))
-        c = ours(batch.input_ids, batch.attention_mask, batch.token_type_ids)
-    assert torch.equal(a, b)
-    assert not torch.allclose(a, c)  # the sentence-pair types do reach the embeddings
+    assert_token_types_default_to_zero(ours, bert_batch([4, 2], 8, TINY_MODEL["vocab_size"]))
 
 
 def test_unsupported_configs_are_refused():
@@ -92,13 +91,7 @@ def test_every_switch_combination_matches_hf(combo):
     hf = canonical_bert(BertDims(**TINY_MODEL), max_position=16, seed=0).double()
     ours = PaddingFreeBert.from_hf(hf, **dict(zip(SWITCHES, combo)))
     batch = bert_batch([5, 0, 16, 1, 9, 9], 16, TINY_MODEL["vocab_size"], seed=1)
-    with torch.inference_mode():
-        expected = hf(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                      token_type_ids=batch.token_type_ids).last_hidden_state
-        got = ours(batch.input_ids, batch.attention_mask, batch.token_type_ids)
-    valid = batch.attention_mask.bool()
-    torch.testing.assert_close(got[valid], expected[valid], rtol=0, atol=1e-10)
-    assert (got[~valid] == 0).all() and torch.isfinite(got).all()
+    assert_matches_hf(hf, ours, batch, 1e-10)
 
 
 def test_switches_select_the_code_paths(monkeypatch):
@@ -164,15 +157,8 @@ def hf_variant(kind, dtype=torch.float64, embedding_size=16):
 def test_bert_variants_match_hf(kind, padding_free):
     hf = hf_variant(kind.removesuffix("-e=h"), embedding_size=32 if "e=h" in kind else 16)
     ours = PaddingFreeBert.from_hf(hf, padding_free=padding_free)
-    batch = bert_batch([7, 0, 16, 1], 16, 100, seed=3)
-    kwargs = {} if kind.startswith("distil") else {"token_type_ids": batch.token_type_ids}
-    with torch.inference_mode():
-        expected = hf(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                      **kwargs).last_hidden_state
-        got = ours(batch.input_ids, batch.attention_mask, kwargs.get("token_type_ids"))
-    valid = batch.attention_mask.bool()
-    torch.testing.assert_close(got[valid], expected[valid], rtol=0, atol=1e-10)
-    assert (got[~valid] == 0).all()
+    assert_matches_hf(hf, ours, bert_batch([7, 0, 16, 1], 16, 100, seed=3), 1e-10,
+                      token_types=not kind.startswith("distil"))
 
 
 def test_albert_shares_layers():
@@ -207,14 +193,8 @@ def test_triton_backend_end_to_end(padding_free):
     pytest.importorskip("triton")
     hf = canonical_bert(BertDims(**TINY_MODEL), max_position=16, seed=0)
     ours = PaddingFreeBert.from_hf(hf, backend="triton", padding_free=padding_free)
-    batch = bert_batch([5, 0, 16, 1, 9], 16, TINY_MODEL["vocab_size"], seed=4)
-    with torch.inference_mode():
-        expected = hf(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                      token_type_ids=batch.token_type_ids).last_hidden_state
-        got = ours(batch.input_ids, batch.attention_mask, batch.token_type_ids)
-    valid = batch.attention_mask.bool()
-    torch.testing.assert_close(got[valid], expected[valid], rtol=0, atol=2e-5)
-    assert (got[~valid] == 0).all()
+    assert_matches_hf(hf, ours, bert_batch([5, 0, 16, 1, 9], 16, TINY_MODEL["vocab_size"], seed=4),
+                      2e-5)
 
 
 # ----------------------------------------------------------------------------- CPU GEMM path

@@ -43,19 +43,21 @@ def test_patterns_match_exactly_one_family():
     assert registry.names("pretrain") == ["vwn_scaling", "pma_merging"]
 
 
-def test_bad_specs_and_names_are_refused():
-    with pytest.raises(ValueError, match="family='gpu' is not one of"):
-        ExperimentSpec("x_y", "t", "gpu", figure="m:f")
-    with pytest.raises(ValueError, match="is not 'module:function'"):
-        ExperimentSpec("x_y", "t", "bert", figure="m.f", runner="m:f")
-    with pytest.raises(ValueError, match="experiment name 'Bad'"):
-        ExperimentSpec("Bad", "t", "bert", figure="m:f", runner="m:f")
-    with pytest.raises(ValueError, match="x_y: the bert family needs a runner"):
-        ExperimentSpec("x_y", "t", "bert", figure="m:f")
-    with pytest.raises(ValueError, match="the llm family launches its runs"):
-        ExperimentSpec("x_y", "t", "llm", figure="m:f", runner="m:f")
-    with pytest.raises(ValueError, match="table builder is for the pretrain family only"):
-        ExperimentSpec("x_y", "t", "pretrain", figure="m:f", runner="m:f")
+@pytest.mark.parametrize("args, kwargs, match", [
+    (("x_y", "t", "gpu"), {"figure": "m:f"}, "family='gpu' is not one of"),
+    (("x_y", "t", "bert"), {"figure": "m.f", "runner": "m:f"}, "is not 'module:function'"),
+    (("Bad", "t", "bert"), {"figure": "m:f", "runner": "m:f"}, "experiment name 'Bad'"),
+    (("x_y", "t", "bert"), {"figure": "m:f"}, "x_y: the bert family needs a runner"),
+    (("x_y", "t", "llm"), {"figure": "m:f", "runner": "m:f"}, "the llm family launches its runs"),
+    (("x_y", "t", "pretrain"), {"figure": "m:f", "runner": "m:f"},
+     "table builder is for the pretrain family only"),
+])
+def test_bad_specs_are_refused(args, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        ExperimentSpec(*args, **kwargs)
+
+
+def test_bad_names_are_refused():
     with pytest.raises(ValueError, match="already registered"):
         registry.register(registry.get("bert_varlen"))
     with pytest.raises(KeyError, match="unknown experiment 'bert_nope'; registered"):
