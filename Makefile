@@ -117,7 +117,7 @@ slurm:
 TEST_WORKERS ?= 2
 PYTEST_OK = s=$$?; [ $$s = 0 ] || [ $$s = 5 ] || exit $$s
 test: $(STAMP) browser slurm
-	$(RUN) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not serial" \
+	$(RUN) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not serial" --durations=15 \
 		$(PYTEST_ARGS); $(PYTEST_OK)
 	$(RUN) $(BIN)/python -m pytest -m serial $(PYTEST_ARGS); $(PYTEST_OK)
 

@@ -1,4 +1,7 @@
 import os
+import shutil
+import sys
+from pathlib import Path
 
 import torch
 
@@ -10,6 +13,9 @@ if not torch.cuda.is_available():
 import pytest
 
 from suite.config import BertVarlenConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent  # the venv's snakemake, torchrun, deepspeed
 
 # Longest first, so that pytest-xdist (make test) does not start the end-to-end workflow last
 # while the other worker idles: the markers of pyproject.toml, in this order, then the rest.
@@ -113,3 +119,24 @@ def report_section(tmp_path, name, table, *, records=(), curves=None, claims=Non
     out = tmp_path / f"{name}.analysis.json"
     out.write_text(json.dumps(analysis))
     return Section(machine, name, csv, svg, out)
+
+
+def copy_workflow(dest: Path, config: dict | None = None, name: str = "config.yaml") -> Path:
+    """A runnable copy of the workflow in ``dest`` (the Snakefile, workflows/ and the paper
+    CSVs the analyses read), with ``config`` written to ``dest / name``; returns ``dest``."""
+    import yaml
+
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ROOT / "Snakefile", dest / "Snakefile")
+    shutil.copytree(ROOT / "workflows", dest / "workflows")
+    shutil.copytree(ROOT / "results" / "paper", dest / "results" / "paper")
+    if config is not None:
+        (dest / name).write_text(yaml.safe_dump(config))
+    return dest
+
+
+def job_env(**extra: str) -> dict[str, str]:
+    """This process's environment for the jobs a test starts: the venv's tools first on PATH,
+    this checkout importable, and no SLURM allocation inherited (a test may run inside one)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    return {**env, "PATH": f"{BIN}{os.pathsep}{env['PATH']}", "PYTHONPATH": str(ROOT), **extra}

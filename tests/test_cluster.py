@@ -15,7 +15,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,8 +28,7 @@ from suite.launch.jobs import command
 from suite.launch.ports import free_port
 from suite.records import Status, read_record
 
-ROOT = Path(__file__).resolve().parent.parent
-BIN = Path(sys.executable).parent
+from conftest import BIN, ROOT, copy_workflow, job_env
 SEEDBENCH = str(BIN / "seedbench")
 pytestmark = pytest.mark.cluster
 
@@ -51,9 +49,7 @@ local_slurm = _local_slurm()
 
 
 def _env(**extra: str) -> dict[str, str]:
-    """This process's environment without any SLURM allocation (a test may run inside one)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-    return {**env, "OMP_NUM_THREADS": "1", "PATH": f"{BIN}{os.pathsep}{env['PATH']}", **extra}
+    return job_env(OMP_NUM_THREADS="1", **extra)
 
 
 # ---- the allocation, on recorded environments ----------------------------------------------
@@ -530,11 +526,7 @@ def test_the_workflow_through_slurm(slurm, tmp_path):
     (nothing finished is submitted again), every job went through sbatch (sacct counts them),
     the crashing program is a failed record, the report renders; then a rerun is a no-op."""
     nnodes = len(slurm["nodes"])
-    for item in ("Snakefile", "workflows"):
-        src = ROOT / item
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / item)
-    shutil.copytree(ROOT / "results" / "paper", tmp_path / "results" / "paper")
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(_slurm_config(nnodes)))
+    copy_workflow(tmp_path, _slurm_config(nnodes))
     env = _slurm_env(slurm)
     profile = _profile(tmp_path)
     since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 5))

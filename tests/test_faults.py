@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -32,8 +31,7 @@ import yaml
 
 from suite.records import Status, read_record
 
-ROOT = Path(__file__).resolve().parent.parent
-BIN = Path(sys.executable).parent
+from conftest import BIN, ROOT, copy_workflow, job_env
 UNLOCK = ROOT / "workflows" / "unlock_stale.py"
 pytestmark = pytest.mark.faults
 
@@ -53,11 +51,6 @@ CONFIG = {
 }
 
 
-def _env() -> dict[str, str]:
-    return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
-            "PYTHONPATH": str(ROOT)}
-
-
 def _snakemake() -> list[str]:
     """What `make reproduce` runs (Makefile: SNAKEMAKE)."""
     return [str(BIN / "snakemake"), "--profile", str(ROOT / "workflows/profiles/local"),
@@ -70,12 +63,7 @@ def _records(results: Path) -> dict[Path, int]:
 
 def _workflow_dir(tmp_path: Path) -> Path:
     """A copy of the workflow with the small config; returns its machine's results folder."""
-    for item in ("Snakefile", "workflows"):
-        src = ROOT / item
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / item)
-    shutil.copytree(ROOT / "results" / "paper", tmp_path / "results" / "paper")
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(CONFIG))
-    return tmp_path / "results" / "faults"
+    return copy_workflow(tmp_path, CONFIG) / "results" / "faults"
 
 
 def _start_and_stop(workdir: Path, results: Path, written: int, sig: int) -> dict[Path, int]:
@@ -89,7 +77,7 @@ def _start_and_stop(workdir: Path, results: Path, written: int, sig: int) -> dic
         return sum(mtime >= start for mtime in _records(results).values())
 
     with (workdir / "run.log").open("a") as log:
-        run = subprocess.Popen([*_snakemake(), "--cores", "1"], cwd=workdir, env=_env(),
+        run = subprocess.Popen([*_snakemake(), "--cores", "1"], cwd=workdir, env=job_env(),
                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                preexec_fn=_default_sigint)
         deadline = time.monotonic() + 300
@@ -130,7 +118,7 @@ def _locked(workdir: Path) -> bool:
 def _unlock(workdir: Path) -> str:
     """The first step of `make reproduce`; returns what it said."""
     unlock = subprocess.run([sys.executable, str(UNLOCK), *_snakemake()], cwd=workdir,
-                            env=_env(), capture_output=True, text=True, timeout=300)
+                            env=job_env(), capture_output=True, text=True, timeout=300)
     assert unlock.returncode == 0, unlock.stderr
     return unlock.stderr
 
@@ -166,11 +154,11 @@ def test_a_workflow_interrupted_then_killed_resumes_and_rerun_noisy_forces_exact
     killed = _start_and_stop(tmp_path, results, 1, signal.SIGKILL)
     assert len(_redone(interrupted, killed)) <= 1
     assert _locked(tmp_path)
-    refused = subprocess.run([*_snakemake(), "--cores", "1"], cwd=tmp_path, env=_env(),
+    refused = subprocess.run([*_snakemake(), "--cores", "1"], cwd=tmp_path, env=job_env(),
                              capture_output=True, text=True, timeout=300)
     assert refused.returncode != 0 and "--unlock" in refused.stdout + refused.stderr
     assert "stale lock" in _unlock(tmp_path)
-    again = subprocess.run([*_snakemake(), "--cores", "1"], cwd=tmp_path, env=_env(),
+    again = subprocess.run([*_snakemake(), "--cores", "1"], cwd=tmp_path, env=job_env(),
                            capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     before = _records(results)
@@ -187,7 +175,7 @@ def test_a_workflow_interrupted_then_killed_resumes_and_rerun_noisy_forces_exact
         _judge(path, path in noisy)
     rerun = [sys.executable, str(ROOT / "workflows" / "rerun_noisy.py"), "config.yaml",
              *_snakemake(), "--cores", "1"]
-    again = subprocess.run(rerun, cwd=tmp_path, env=_env(), capture_output=True, text=True,
+    again = subprocess.run(rerun, cwd=tmp_path, env=job_env(), capture_output=True, text=True,
                            timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "re-running 2 noisy point(s)" in again.stderr
@@ -197,7 +185,7 @@ def test_a_workflow_interrupted_then_killed_resumes_and_rerun_noisy_forces_exact
         assert BY_HAND not in read_record(path).timing["noise"]["reasons"]
     for path in after:
         _judge(path, False)
-    done = subprocess.run(rerun, cwd=tmp_path, env=_env(), capture_output=True, text=True,
+    done = subprocess.run(rerun, cwd=tmp_path, env=job_env(), capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0 and "nothing to re-run" in done.stderr, done.stderr[-3000:]
     assert _records(results) == after
@@ -335,7 +323,7 @@ def plugin_path(tmp_path_factory) -> Path:
 def _run_point(system: str, out: Path, plugins: Path, section: dict | None = None,
                preexec=None) -> subprocess.CompletedProcess:
     """`seedbench run` as the workflow's bert_point rule runs it (supervisor + child)."""
-    env = {**_env(), "PYTHONPATH": os.pathsep.join([str(plugins), str(ROOT)])}
+    env = {**job_env(), "PYTHONPATH": os.pathsep.join([str(plugins), str(ROOT)])}
     return subprocess.run(
         [str(BIN / "seedbench"), "run", "bert_varlen", "--system", system, "--batch-size", "2",
          "--max-seq-len", "16", "--section-json", json.dumps(section or SECTION), "--out",
@@ -428,7 +416,7 @@ def test_a_point_job_killed_mid_timing_leaves_a_failed_record_and_the_rest_intac
     before = _digest(results)
     out = results / "torch-eager" / "b2_l16.json"
     slow = {**SECTION, "timing": {"warmup": 1, "min_repeats": 3, "min_time_s": 120.0}}
-    env = {**_env(), "PYTHONPATH": os.pathsep.join([str(plugin_path), str(ROOT)])}
+    env = {**job_env(), "PYTHONPATH": os.pathsep.join([str(plugin_path), str(ROOT)])}
     sup = subprocess.Popen(
         [str(BIN / "seedbench"), "run", "bert_varlen", "--system", "torch-eager",
          "--batch-size", "2", "--max-seq-len", "16", "--section-json", json.dumps(slow),

@@ -6,14 +6,13 @@ another module) fails the check.
 """
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import ROOT, copy_workflow
 PLANNING = ("suite.config", "suite.experiments.plan", "suite.experiments.llm_plan",
             "suite.experiments.pretrain_plan")
 
@@ -50,11 +49,7 @@ def test_planning_modules_import_without_torch(no_torch_env):
 
 def test_workflow_plans_without_torch(no_torch_env, tmp_path):
     """``snakemake -n`` on the full CPU sweep: the whole plan, from a copy of the workflow."""
-    work = tmp_path / "work"
-    work.mkdir()
-    shutil.copy(ROOT / "Snakefile", work / "Snakefile")
-    shutil.copytree(ROOT / "workflows", work / "workflows")
-    shutil.copytree(ROOT / "results" / "paper", work / "results" / "paper")
+    work = copy_workflow(tmp_path / "work")
     snakemake = Path(sys.executable).with_name("snakemake")
     cmd = [str(snakemake) if snakemake.exists() else "snakemake", "-n", "--cores", "1",
            "--configfile", "workflows/config/cpu-sweep.yaml"]

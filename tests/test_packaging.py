@@ -28,3 +28,23 @@ def test_the_wheel_carries_its_run_time_files(tmp_path):
                           env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_xdist_groups_hold_under_the_pinned_pytest(tmp_path):
+    """make test relies on --dist loadgroup: the cluster tests share one local SLURM and the
+    full workflow run is one module fixture. With pytest 9.2 and xdist 3.8 the groups are
+    silently ignored (pytest-dev/pytest-xdist#1386); this fails if the pins let that back in."""
+    (tmp_path / "test_grouped.py").write_text(
+        "import os, pathlib, pytest\n"
+        "def ran(name): pathlib.Path(name).write_text(os.environ['PYTEST_XDIST_WORKER'])\n"
+        "grouped = pytest.mark.xdist_group('g')\n"
+        "@grouped\ndef test_a(): ran('a')\n"
+        "@grouped\ndef test_b(): ran('b')\n"
+        "@grouped\ndef test_c(): ran('c')\n"
+        "def test_d(): pass\n")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup",
+                           "-p", "no:cacheprovider", "-q", "test_grouped.py"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    workers = {(tmp_path / name).read_text() for name in "abc"}
+    assert len(workers) == 1, f"the group ran on {sorted(workers)}"

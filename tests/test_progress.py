@@ -66,9 +66,21 @@ def test_summary_counts_the_records_written(tmp_path):
     assert "2 ok, 1 unavailable, 0 incorrect, 1 failed" in text
     assert "reports/index.html#problems" in text and "1 job(s) failed" in text
     # why the job failed, from the last line of its log, without opening it
-    assert text.endswith("\n[seedbench]   bert_table: seedbench table: error: r9.json: not a "
-                         "readable record")
+    assert ("\n[seedbench]   bert_table: seedbench table: error: r9.json: not a readable "
+            "record\n[seedbench] job time by rule" in text)
     assert Progress(clock=Clock()).summary() == ""  # nothing written: nothing to say
+
+
+def test_the_summary_says_where_the_time_went():
+    clock = Clock()
+    p = Progress(clock=clock)
+    for job, (rule, seconds) in enumerate([("bert_point", 20), ("bert_point", 40),
+                                           ("figure", 3), ("llm_point", 30)]):
+        p.job_started(job, rule, [])
+        clock.t += seconds
+        p.job_finished(job)
+    assert p.time_by_rule(most=2) == ("[seedbench] job time by rule (1m33s in all): "
+                                      "bert_point 2 x 30s = 1m00s, llm_point 1 x 30s = 30s")
 
 
 def test_duration_text():

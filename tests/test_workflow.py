@@ -12,6 +12,8 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -21,9 +23,12 @@ from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSet
 
 from reference_impl import LADDER
 from suite.env import cpu_model
+from suite.machine_results import PUBLISHED_FILES, discover
 from suite.records import read_record
+from suite.report.readme import README_FIGURES, readme_block
 
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import ROOT, copy_workflow
+
 MACHINE = "test-machine"
 
 PLUGIN = textwrap.dedent('''
@@ -97,14 +102,10 @@ PRETRAIN = {"model": {"n_layer": 1, "n_embd": 16, "n_head": 2}, "seq_len": 16, "
             "warmup_steps": 2, "eval_batches": 2, "threads": 1}
 
 
-@pytest.fixture
-def workdir(tmp_path, monkeypatch):
+def prepare(workdir: Path, mp: pytest.MonkeyPatch) -> Path:
     """A copy of the workflow, the plugin on the path of this process and of every job."""
-    for item in ("Snakefile", "workflows"):
-        src = ROOT / item
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / item)
-    shutil.copytree(ROOT / "results" / "paper", tmp_path / "results" / "paper")
-    plugins = tmp_path / "plugins"
+    copy_workflow(workdir)
+    plugins = workdir / "plugins"
     plugins.mkdir()
     (plugins / "broken_baselines.py").write_text(PLUGIN)
     info = plugins / "broken_baselines-0.1.dist-info"
@@ -115,11 +116,16 @@ def workdir(tmp_path, monkeypatch):
                                             [("raising", "Raising"),
                                              ("segfaulting", "Segfaulting"),
                                              ("absent", "Absent")]))
-    monkeypatch.syspath_prepend(str(plugins))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(plugins), str(ROOT)]))
-    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
+    mp.syspath_prepend(str(plugins))
+    mp.setenv("PYTHONPATH", os.pathsep.join([str(plugins), str(ROOT)]))
+    mp.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    mp.chdir(workdir)
+    return workdir
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    return prepare(tmp_path, monkeypatch)
 
 
 def run_workflow(workdir: Path, config: dict, executor: str = "local") -> None:
@@ -155,32 +161,76 @@ def test_bad_config_stops_before_any_job(workdir):
     assert not (workdir / "results" / MACHINE).exists()
 
 
-@pytest.mark.slow
-def test_workflow_end_to_end(workdir, monkeypatch, capsys):
-    baselines = ["torch-eager", "reference", "raising", "segfaulting", "absent",
-                 "example-per-sequence", "external-launcher"]
-    config = tiny_config(baselines)
-    # an external program from a source checkout: the workflow cmake-builds it before its runs
+# ---- the whole workflow, run once; each test below reads one side of it -----------------------
+
+BASELINES = ["torch-eager", "reference", "raising", "segfaulting", "absent",
+             "example-per-sequence", "external-launcher"]
+# every study ran every one of its systems at the one point
+STUDIES = {
+    "bert_ablation": {f"bert/ladder-{i}" for i in range(len(LADDER))},
+    "bert_variants": {f"{m}/{s}" for m in ("albert", "distilbert", "deberta")
+                      for s in ("torch-eager", "reference")},
+    "bert_mha": {"attention/varlen", "attention/padded-unfused", "attention/padded-sdpa"},
+    "bert_fused_ops": {f"{op}/{s}" for op in ("layernorm", "gemm_gelu")
+                       for s in ("fused", "unfused")},
+    "bert_fixed": {f"bert/{b}" for b in ("torch-eager", "reference")},
+}
+
+
+@dataclass(frozen=True)
+class FullRun:
+    workdir: Path
+    config: dict
+    results: Path
+
+    def html(self) -> str:
+        return (self.workdir / "reports" / "index.html").read_text()
+
+
+def full_run_test(test):
+    """A test of the one full run: slow, and on the worker that holds the run (the tests share
+    it in file order: the ones that change the folder come last)."""
+    return pytest.mark.slow(pytest.mark.xdist_group("full_run")(test))
+
+
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory):
+    """Every study and baseline at one point, with the broken plugins and an external program
+    from a source checkout (the workflow cmake-builds it before its runs)."""
+    config = tiny_config(BASELINES)
     config["bert_varlen"]["external"] = {"launcher": {
         "command": ["{build_dir}/launcher"], "source": str(ROOT / "tests/data/external_cmake"),
         "cmake_args": [f"-DPYTHON={sys.executable}",
                        f"-DADAPTER={ROOT / 'examples/external-hf/seedbench_external_hf.py'}"]}}
-    run_workflow(workdir, config)
-    results = workdir / "results" / MACHINE
+    with pytest.MonkeyPatch.context() as mp:
+        workdir = prepare(tmp_path_factory.mktemp("full_run"), mp)
+        run_workflow(workdir, config)
+        yield FullRun(workdir, config, workdir / "results" / MACHINE)
 
-    # Snakemake's own report packs the same figures (report() outputs of the rules)
+
+def _bert_records(run: FullRun) -> dict:
+    folder = run.results / "bert_varlen" / "bert"
+    return {p.relative_to(folder).as_posix(): read_record(p) for p in folder.glob("*/*.json")}
+
+
+@full_run_test
+def test_snakemakes_own_report_packs_the_figures(full_run):
+    """The report() outputs of the rules: Snakemake's report of the same run."""
     smk = subprocess.run([str(Path(sys.executable).parent / "snakemake"), "--configfile",
                           "test.yaml", "--cores", "1", "--report", "smk-report.html"],
-                         cwd=workdir, capture_output=True, text=True, timeout=600)
+                         cwd=full_run.workdir, capture_output=True, text=True, timeout=600)
     assert smk.returncode == 0, smk.stderr[-3000:]
-    assert (workdir / "smk-report.html").stat().st_size > 100_000
+    assert (full_run.workdir / "smk-report.html").stat().st_size > 100_000
 
-    # records: one per (baseline, point), each with the status its baseline earns
-    recs = {p.relative_to(results / "bert_varlen" / "bert").as_posix(): read_record(p)
-            for p in (results / "bert_varlen" / "bert").glob("*/*.json")}
-    assert len(recs) == 7
+
+@full_run_test
+def test_each_baseline_earns_its_status(full_run):
+    """One record per (baseline, point): the working ones ok and checked, the broken ones
+    failed or unavailable with their reason, the external program built and run."""
+    recs = _bert_records(full_run)
+    assert len(recs) == len(BASELINES)
     status = {k: (r.status.value, r.reason) for k, r in recs.items()}
-    assert (workdir / "build/external/launcher/seedbench-build.json").exists()
+    assert (full_run.workdir / "build/external/launcher/seedbench-build.json").exists()
     assert recs["external-launcher/b3_l16.json"].timing["timer"] == "reported by external-launcher"
     for b in ("torch-eager", "reference", "example-per-sequence", "external-launcher"):
         rec = recs[f"{b}/b3_l16.json"]
@@ -193,17 +243,11 @@ def test_workflow_end_to_end(workdir, monkeypatch, capsys):
     assert status["absent/b3_l16.json"] == (
         "unavailable", "package 'nonexistent-framework' is not installed")
 
-    # every study ran every one of its systems, and each passed its correctness gate
-    expected = {
-        "bert_ablation": {f"bert/ladder-{i}" for i in range(len(LADDER))},
-        "bert_variants": {f"{m}/{s}" for m in ("albert", "distilbert", "deberta")
-                          for s in ("torch-eager", "reference")},
-        "bert_mha": {"attention/varlen", "attention/padded-unfused", "attention/padded-sdpa"},
-        "bert_fused_ops": {f"{op}/{s}" for op in ("layernorm", "gemm_gelu")
-                           for s in ("fused", "unfused")},
-        "bert_fixed": {f"bert/{b}" for b in ("torch-eager", "reference")},
-    }
-    for experiment, systems in expected.items():
+
+@full_run_test
+def test_every_study_ran_every_system_and_passed_its_gate(full_run):
+    results = full_run.results
+    for experiment, systems in STUDIES.items():
         found = {p.parent.relative_to(results / experiment).as_posix(): read_record(p)
                  for p in (results / experiment).glob("*/*/b3_l16.json")}
         assert set(found) == systems, experiment
@@ -215,23 +259,25 @@ def test_workflow_end_to_end(workdir, monkeypatch, capsys):
         study = study[study.status == "ok"]
         assert len(study) == len(systems) and study.speedup_vs_padded.notna().all()
 
-    # the tidy table: a row per record, speedups that are the ratio of the two medians
+
+@full_run_test
+def test_the_tidy_table_and_the_report(full_run):
+    """A row per record, speedups that are the ratio of the two medians; a figure and a report
+    section per experiment, the failures with their reasons."""
+    results, html = full_run.results, full_run.html()
     table = pd.read_csv(results / "bert_varlen" / "table.csv")
-    assert len(table) == 7
+    assert len(table) == len(BASELINES)
     ref = table[table.system == "reference"].iloc[0]
     eager = table[table.system == "torch-eager"].iloc[0]
     assert ref.speedup_vs_padded == pytest.approx(eager.median_ms / ref.median_ms)
     assert ref.speedup_ci_low <= ref.speedup_vs_padded <= ref.speedup_ci_high
     assert eager.speedup_vs_padded == 1.0 and pd.isna(eager.speedup_ci_low)
-    assert ref.total_tokens == sum(recs["reference/b3_l16.json"].workload["lengths"])
+    assert ref.total_tokens == sum(
+        _bert_records(full_run)["reference/b3_l16.json"].workload["lengths"])
 
-    # a figure per experiment, and the report with a section per experiment
-    for experiment in ("bert_varlen", *expected):
+    for experiment in ("bert_varlen", *STUDIES):
         for suffix in ("png", "svg"):
-            figure = results / "figures" / f"{experiment}.{suffix}"
-            assert figure.stat().st_size > 10_000
-    html = (workdir / "reports" / "index.html").read_text()
-    for experiment in ("bert_varlen", *expected):
+            assert (results / "figures" / f"{experiment}.{suffix}").stat().st_size > 10_000
         assert f'<h2 id="{experiment}">' in html
     assert "+ fused MHA" in html and "padded-sdpa" in html and "deberta" in html
     assert '<h2 id="claims">' in html and "TensorFlow XLA" in html
@@ -244,8 +290,12 @@ def test_workflow_end_to_end(workdir, monkeypatch, capsys):
     assert f"{ref.median_ms:.2f}" in html
     assert "<svg" in html and cpu_model() in html
 
-    # MegaScale: every training run passed its gate against the single-process run and has
-    # MFU against the measured peak; the report has the sections, the scale model's error too
+
+@full_run_test
+def test_every_training_run_passed_its_gate_with_mfu_on_the_measured_peak(full_run):
+    """MegaScale: each run against the single-process run; the report's sections and the
+    scale model's held-out error."""
+    results, html = full_run.results, full_run.html()
     llm = {p.relative_to(results).as_posix(): read_record(p)
            for p in results.glob("llm_*/*/*.json")}
     assert len(llm) == 2 + 2 + 7 + 2
@@ -265,7 +315,10 @@ def test_workflow_end_to_end(workdir, monkeypatch, capsys):
     assert "Held-out error: megascale_table2 / Megatron-LM" in html
     assert "Gain of each step in MFU points" in html
 
-    # VWN and merging: every run ok, tables, curves and claims, sections with claims tables
+
+@full_run_test
+def test_vwn_and_merging_runs_tables_curves_and_claims(full_run):
+    results, html = full_run.results, full_run.html()
     runs = {p.relative_to(results).as_posix(): read_record(p)
             for p in results.glob("*_*/*/seed*.json") if p.parts[-3] in ("vwn_scaling",
                                                                          "pma_merging")}
@@ -287,25 +340,30 @@ def test_workflow_end_to_end(workdir, monkeypatch, capsys):
     assert set(vwn.label) == {"m2-n2", "m2-n4", "m1-n2"} and (vwn.seeds == 2).all()
     assert "loss falls log-linearly in r" in html and "pre-spike checkpoints" in html
 
-    # a second run with nothing changed does no work
-    mtimes = {p: p.stat().st_mtime_ns for p in results.rglob("*.json")}
-    html_mtime = (workdir / "reports" / "index.html").stat().st_mtime_ns
-    run_workflow(workdir, config)
-    assert {p: p.stat().st_mtime_ns for p in results.rglob("*.json")} == mtimes
-    assert (workdir / "reports" / "index.html").stat().st_mtime_ns == html_mtime
 
-    # a new version of the suite (another source digest): Snakemake plans every table, figure,
-    # analysis and the report again (the tables for their changed parameters, the rest after
-    # them) from the same records, and nothing measured. A dry run: the published check below
-    # builds the derived files of a whole machine folder anyway.
+@full_run_test
+def test_a_second_run_with_nothing_changed_does_no_work(full_run):
+    results = full_run.results
+    mtimes = {p: p.stat().st_mtime_ns for p in results.rglob("*.json")}
+    html_mtime = (full_run.workdir / "reports" / "index.html").stat().st_mtime_ns
+    run_workflow(full_run.workdir, full_run.config)
+    assert {p: p.stat().st_mtime_ns for p in results.rglob("*.json")} == mtimes
+    assert (full_run.workdir / "reports" / "index.html").stat().st_mtime_ns == html_mtime
+
+
+@full_run_test
+def test_a_new_suite_version_rebuilds_what_is_derived_and_measures_nothing(full_run, monkeypatch,
+                                                                          capsys):
+    """Another source digest: Snakemake plans every table, figure, analysis and the report
+    again (the tables for their changed parameters, the rest after them) from the same
+    records. A dry run: the published check below builds a whole machine's derived files."""
     from suite.workflow import source_digest
 
-    real_digest = source_digest.digest
+    results = full_run.results
     monkeypatch.setattr(source_digest, "digest", lambda: "another-version")
     capsys.readouterr()
-    run_workflow(workdir, config, executor="dryrun")
+    run_workflow(full_run.workdir, full_run.config, executor="dryrun")
     log = capsys.readouterr().err
-    monkeypatch.setattr(source_digest, "digest", real_digest)
     planned = job_stats(log)
     tables = {"bert_table", "llm_table", "llm_scale", "pretrain_table"}
     assert set(planned) == tables | {"figure", "analyze", "report_html", "all"}, planned
@@ -316,27 +374,40 @@ def test_workflow_end_to_end(workdir, monkeypatch, capsys):
     assert "params have changed since last execution:\n        " + ", ".join(sorted(tables)) \
         in reasons, reasons
 
-    check_published_machine(workdir, config, results)
+
+COMMITTED = sorted(m.path for m in discover(ROOT / "results") if m.published)
 
 
-def check_published_machine(workdir: Path, config: dict, results: Path) -> None:
-    """This run published as a second machine, then the report rebuilt from records alone
-    (make report): both machines side by side, nothing run again; a damaged published record
-    stops the rebuild and is named."""
+@full_run_test
+def test_published_records_alone_rebuild_the_report_and_the_readme(full_run):
+    """This run published as a second machine beside the committed published machines, then
+    the report rebuilt from records alone (make report): every machine side by side, nothing
+    run again, the committed README block and figures are what the rebuild gives; a damaged
+    published record stops the rebuild and is named."""
     from suite.machine_results import publish
     from suite.report.readme import headlines_markdown
 
-    dest, files = publish(results, "other-box")
+    workdir, config = full_run.workdir, full_run.config
+    dest, files = publish(full_run.results, "other-box")
     assert dest == Path("results/published/other-box")
     assert {p.name for p in files} >= {"peak.json", "b3_l16.json", "zero1.json",
                                        "zero1.steps.jsonl", "seed0.json"}
     assert not [p for p in files if p.name in ("table.csv", "analysis.json") or
                 "figures" in p.parts or "logs" in p.parts]
+    for path in COMMITTED:  # what is committed: records, step logs, peak.json
+        src = Path(path)
+        for pattern in PUBLISHED_FILES:
+            for f in src.glob(pattern):
+                copy = workdir / src.relative_to(ROOT) / f.relative_to(src)
+                copy.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(f, copy)
     records = {p: p.stat().st_mtime_ns for p in Path("results").rglob("*.json")
                if p.parent.name not in ("llm_scale",) and p.name != "analysis.json"}
+    start = time.perf_counter()
     run_workflow(workdir, {**config, "report_only": True})
+    print(json.dumps({"report_only_rebuild_s": round(time.perf_counter() - start, 1)}))
     assert {p: p.stat().st_mtime_ns for p in records} == records  # nothing ran again
-    html = (workdir / "reports" / "index.html").read_text()
+    html = full_run.html()
     assert f"{MACHINE} (local)" in html and "other-box (published)" in html
     assert 'id="machine-results-published-other-box"' in html
     published = workdir / dest
@@ -350,6 +421,19 @@ def check_published_machine(workdir: Path, config: dict, results: Path) -> None:
     block = headlines_markdown(dest)  # relative: the README links from the checkout root
     assert "| bert_varlen | padding-free reference over torch-eager: **" in block
     assert "(results/published/other-box/figures/bert_varlen.svg)" in block
+
+    assert COMMITTED, "results/published/ holds no machine; the README shows published results"
+    blocks = []
+    for path in COMMITTED:
+        rel = Path(path).relative_to(ROOT)
+        assert f"{rel.name} (published)" in html
+        blocks.append(headlines_markdown(rel))
+        for name in README_FIGURES:  # committed figures are the rebuilt ones, byte for byte
+            rebuilt = (workdir / rel / "figures" / f"{name}.svg").read_bytes()
+            assert (Path(path) / "figures" / f"{name}.svg").read_bytes() == rebuilt, name
+    assert readme_block(ROOT / "README.md") == "\n\n".join(blocks), (
+        "README's published block is stale: make report, then "
+        "seedbench headlines --update-readme README.md results/published/*/")
 
     broken = published / "bert_varlen" / "bert" / "reference" / "b3_l16.json"
     broken.write_text(broken.read_text()[:200])

@@ -124,4 +124,14 @@ class Progress:
             text += "".join(f"\n[seedbench]   {rule}: {line}" for rule, line in self.errors)
         if unreadable:
             text += f"; unreadable: {', '.join(unreadable)}"
-        return text
+        return text + (f"\n{self.time_by_rule()}" if self.durations else "")
+
+    def time_by_rule(self, most: int = 5) -> str:
+        """Where the run's time went: the rules with the most job-seconds (jobs x mean)."""
+        total = {rule: sum(ds) for rule, ds in self.durations.items()}
+        top = sorted(total, key=total.get, reverse=True)[:most]
+        parts = [f"{rule} {len(self.durations[rule])} x "
+                 f"{duration(total[rule] / len(self.durations[rule]))} = {duration(total[rule])}"
+                 for rule in top]
+        return (f"[seedbench] job time by rule ({duration(sum(total.values()))} in all): "
+                + ", ".join(parts))
