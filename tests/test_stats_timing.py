@@ -71,6 +71,24 @@ def test_measure_is_bounded_for_fast_calls():
     assert len(samples) == 50
 
 
+@pytest.mark.parametrize("warmup", [0, 1, 2])
+def test_observing_a_call_costs_no_call_of_its_own(warmup):
+    """The observer makes the last warm-up call (or, with none, one after the timed ones), so
+    the calls are the warm-ups and the timed repeats, and no timed call is observed."""
+    calls, observed = [], []
+
+    def fn():
+        calls.append("timed" if len(calls) >= warmup else "warm-up")
+
+    def observe(call):
+        observed.append(len(calls))
+        call()
+
+    samples = measure(fn, torch.device("cpu"), TimingPolicy(warmup, 3, 0.0, 3), observe=observe)
+    assert len(samples) == 3 and len(calls) == warmup + 3 + (warmup == 0)
+    assert observed == [warmup - 1 if warmup else 3]
+
+
 def test_bad_policy_is_named():
     with pytest.raises(ValueError, match="invalid timing policy"):
         TimingPolicy(min_repeats=0)

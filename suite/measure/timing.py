@@ -16,11 +16,19 @@ def timer_name(device: torch.device) -> str:
 
 
 def measure(fn: Callable[[], object], device: torch.device, policy: TimingPolicy,
-            progress: Callable[[int], None] | None = None) -> list[float]:
+            progress: Callable[[int], None] | None = None,
+            observe: Callable[[Callable[[], object]], object] | None = None) -> list[float]:
     """Seconds per call of ``fn``. On CUDA, events around each call and a synchronize per
-    sample; on CPU, ``perf_counter`` (CPU ops are synchronous)."""
-    for _ in range(policy.warmup):
-        fn()
+    sample; on CPU, ``perf_counter`` (CPU ops are synchronous).
+
+    ``observe(fn)`` makes the last warm-up call itself (e.g. with a library's verbose log on),
+    so that what it watches costs no call of its own; with no warm-up it makes one more call
+    after the timed ones."""
+    for i in range(policy.warmup):
+        if observe is not None and i == policy.warmup - 1:
+            observe(fn)
+        else:
+            fn()
     _sync(device)
     samples: list[float] = []
     started = time.perf_counter()
@@ -30,6 +38,8 @@ def measure(fn: Callable[[], object], device: torch.device, policy: TimingPolicy
         samples.append(_time_once(fn, device))
         if progress is not None:
             progress(len(samples))
+    if observe is not None and not policy.warmup:
+        observe(fn)
     return samples
 
 
