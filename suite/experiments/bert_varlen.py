@@ -122,7 +122,7 @@ def _run(record: Record, cfg: BertVarlenConfig, system: Baseline, batch_size: in
         raise Unavailable(why)
 
     model = canonical_model(model_kind, cfg.model, cfg.max_len, seed=cfg.seed)
-    reference = _reference_output(model, batch, device)
+    reference = reference_output(model, batch, device)
     system.prepare(model, device, torch_dtype(cfg.dtype))
     if system.times_itself:
         system.set_timing(cfg.timing.as_dict())
@@ -161,7 +161,7 @@ def _run(record: Record, cfg: BertVarlenConfig, system: Baseline, batch_size: in
 
 
 @torch.inference_mode()
-def _reference_output(model: torch.nn.Module, batch: BertBatch,
+def reference_output(model: torch.nn.Module, batch: BertBatch,
                       device: torch.device) -> torch.Tensor:
     """The oracle: HF eager in float64, each sequence run alone with no padding at all, so the
     check also catches a system whose padding leaks into valid positions."""

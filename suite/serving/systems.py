@@ -1,0 +1,104 @@
+"""The systems a serving run compares, each one batching policy over one BERT baseline.
+
+- ``padded-<baseline>``: dynamic batching, the batch padded to its longest request (what a
+  padded framework's server does);
+- ``bucketed-<baseline>``: the same within length buckets (the usual mitigation);
+- ``packed-reference``: dynamic batching into the padding-free reference, which computes on
+  the batch's valid tokens only (``cu_seqlens`` inside; ByteTransformer's serving case).
+
+Every system runs the same requests through ``run_batch(indices)``: the library's rows,
+trimmed to the batch's longest request. The gate (``check``) runs a sample of requests in
+batches the policy forms and compares each request's hidden states with the float64 oracle of
+that request alone; a system that fails it is not timed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from suite.baselines.base import Baseline
+from suite.measure.correctness import compare
+from suite.serving.batching import BatchPolicy
+from suite.workloads import BertBatch, bert_batch
+
+BATCHING = ("padded", "bucketed", "packed")
+
+
+def parse_system(name: str) -> tuple[str, str]:
+    """``padded-torch-sdpa`` -> ``("padded", "torch-sdpa")``; packed needs the reference."""
+    batching, _, baseline = name.partition("-")
+    if batching not in BATCHING or not baseline:
+        raise ValueError(f"serving system {name!r} is not '<batching>-<baseline>' with batching "
+                         f"one of {BATCHING} (e.g. padded-torch-sdpa, packed-reference)")
+    if (batching == "packed") != (baseline == "reference"):
+        raise ValueError(f"serving system {name!r}: the padding-free reference is served "
+                         "packed (packed-reference), a padded framework padded or bucketed")
+    return batching, baseline
+
+
+def policy_for(batching: str, max_batch: int, window_s: float,
+               buckets: Sequence[int]) -> BatchPolicy:
+    return BatchPolicy(max_batch, window_s, tuple(buckets) if batching == "bucketed" else ())
+
+
+class RequestLibrary:
+    """LoadGen's sample library: one request per length, token ids drawn once (seeded)."""
+
+    def __init__(self, lengths: Sequence[int], max_len: int, vocab_size: int, seed: int = 0):
+        self.lengths = [int(n) for n in lengths]
+        self.max_len = max_len
+        self._rows = bert_batch(self.lengths, max_len, vocab_size, seed=seed)
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def batch(self, indices: Sequence[int], device: torch.device | str = "cpu") -> BertBatch:
+        """The requests at ``indices``, right-padded to the longest of them."""
+        idx = torch.as_tensor(list(indices), dtype=torch.long)
+        longest = max(self.lengths[i] for i in indices)
+        rows = self._rows
+        return BertBatch(rows.input_ids[idx, :longest], rows.attention_mask[idx, :longest],
+                         rows.token_type_ids[idx, :longest],
+                         tuple(self.lengths[i] for i in indices)).to(device)
+
+
+@dataclass
+class ServingSystem:
+    name: str
+    baseline: Baseline
+    policy: BatchPolicy
+    library: RequestLibrary
+    device: torch.device
+
+    def run_batch(self, indices: list[int]) -> Any:
+        return self.baseline.run(self.library.batch(indices, self.device))
+
+    def check(self, indices: Sequence[int], oracle: torch.Tensor, dtype: str) -> dict[str, Any]:
+        """The gate: ``indices`` in batches of the policy's size (bucketed: within buckets, as
+        it would serve them), each request's output against ``oracle``: ``[len(indices),
+        longest, hidden]``, float64, the requests padded to the longest of them, as
+        ``suite.experiments.bert_varlen.reference_output`` gives it."""
+        out = torch.zeros_like(oracle)
+        position = {i: k for k, i in enumerate(indices)}
+        for group in _batches(indices, self.library.lengths, self.policy):
+            got = self.run_batch(group)
+            if not isinstance(got, torch.Tensor):
+                got = torch.as_tensor(got)
+            for row, i in enumerate(group):
+                n = self.library.lengths[i]
+                out[position[i], :n] = got[row, :n].to("cpu", torch.float64)
+        return compare(out, oracle, self.library.batch(indices).attention_mask, dtype)
+
+
+def _batches(indices: Sequence[int], lengths: Sequence[int],
+             policy: BatchPolicy) -> list[list[int]]:
+    """The batches ``policy`` forms when ``indices`` arrive at once: full batches per bucket."""
+    queues: dict[int, list[int]] = {}
+    for i in indices:
+        queues.setdefault(policy.bucket(lengths[i]), []).append(i)
+    return [q[k:k + policy.max_batch] for _, q in sorted(queues.items())
+            for k in range(0, len(q), policy.max_batch)]

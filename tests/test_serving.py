@@ -1,0 +1,257 @@
+"""Serving under real MLPerf LoadGen: the batching policy, the request library's lengths and
+its bad inputs, LoadGen runs of a fake system of known service time (Offline and Server), the
+search for the highest valid Server QPS, and a SUT that never completes."""
+
+import re
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+import torch
+
+from suite.serving import loadgen
+from suite.serving.batching import BatchPolicy, BatchQueue
+from suite.serving.requests import HistogramError, read_histogram, request_lengths
+from suite.serving.search import Trial, max_valid_qps
+
+from conftest import job_env
+
+lg = pytest.importorskip("mlperf_loadgen")
+
+
+class Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+# ---- batching ------------------------------------------------------------------------------
+
+def test_a_batch_leaves_full_or_when_its_oldest_request_has_waited_the_window():
+    clock = Clock()
+    q = BatchQueue(BatchPolicy(max_batch=3, window_s=0.010), clock)
+    q.put([("a", 0, 10), ("b", 1, 20)])
+    assert q.ready(clock()) is None  # two of three, no wait yet
+    clock.t = 0.009
+    q.put([("c", 2, 5), ("d", 3, 7)])
+    assert [r.key for r in q.ready(clock())] == ["a", "b", "c"]  # full
+    assert q.ready(clock()) is None  # "d" arrived at 9 ms
+    clock.t = 0.019
+    assert [r.key for r in q.ready(clock())] == ["d"]  # its window is over
+
+
+def test_buckets_keep_lengths_apart_and_the_oldest_bucket_goes_first():
+    clock = Clock()
+    q = BatchQueue(BatchPolicy(max_batch=2, window_s=0.010, buckets=(32, 128)), clock)
+    q.put([("long", 0, 100)])
+    clock.t = 0.001
+    q.put([("short", 1, 10), ("short2", 2, 32)])
+    assert [r.key for r in q.ready(clock())] == ["short", "short2"]  # full bucket first
+    assert q.ready(clock()) is None
+    clock.t = 0.010
+    assert [r.key for r in q.ready(clock())] == ["long"]
+    with pytest.raises(ValueError, match="length 129 exceeds the largest bucket 128"):
+        q.put([("x", 3, 129)])
+    with pytest.raises(ValueError, match="buckets=.* must be increasing"):
+        BatchPolicy(2, 0.0, buckets=(64, 32))
+
+
+def test_take_blocks_until_the_window_and_ends_when_closed():
+    q = BatchQueue(BatchPolicy(max_batch=8, window_s=0.05))
+    got = []
+    worker = threading.Thread(target=lambda: got.extend(iter(q.take, None)))
+    worker.start()
+    start = time.monotonic()
+    q.put([("a", 0, 4)])
+    while not got and time.monotonic() - start < 5:
+        time.sleep(0.005)
+    waited = time.monotonic() - start
+    q.close()
+    worker.join(5)
+    assert [[r.key for r in b] for b in got] == [["a"]] and not worker.is_alive()
+    assert 0.04 <= waited < 1.0
+
+
+# ---- the request library -------------------------------------------------------------------
+
+def test_request_lengths_follow_the_mix_or_the_histogram(tmp_path):
+    lengths = request_lengths(2000, 128, "bytetransformer", seed=1)
+    assert min(lengths) >= 24 and max(lengths) == 128
+    assert abs(sum(lengths) / len(lengths) - 76) < 2  # mean 0.6 x max
+    hist = tmp_path / "lengths.csv"
+    hist.write_text("length,count\n16,3\n64,1\n100,0\n")
+    drawn = request_lengths(4000, 128, hist, seed=0)
+    assert set(drawn) == {16, 64} and 0.7 < drawn.count(16) / len(drawn) < 0.8
+
+
+@pytest.mark.parametrize("text, message", [
+    ("length,count\n16,3\n64,-1\n", "row 3: count -1 is negative"),
+    ("length,count\n16,3\n129,1\n", r"row 3: length 129 outside \[1, 128\]"),
+    ("length,count\n", "no rows"),
+    ("length,count\n16,0\n", "every count is 0"),
+    ("len,n\n16,1\n", "columns must be 'length,count'"),
+    ("length,count\n16,three\n", "row 2: length and count must be integers"),
+    ("length,count\n16,1\n16,2\n", "row 3: length 16 appears twice"),
+])
+def test_a_bad_histogram_is_one_line_naming_the_file_and_row(tmp_path, text, message):
+    path = tmp_path / "lengths.csv"
+    path.write_text(text)
+    with pytest.raises(HistogramError, match=message) as e:
+        read_histogram(path, 128)
+    assert str(e.value).startswith(str(path)) and "\n" not in str(e.value)
+
+
+# ---- LoadGen runs of a fake system of known service time ------------------------------------
+
+SERVICE_S = 0.001  # per batch, whatever its size: a system with a known capacity
+# LoadGen's early stopping wants about 460 queries before it calls a p99 VALID
+QUERIES = 500
+
+
+def sleeper(indices):
+    time.sleep(SERVICE_S)
+
+
+def server_run(qps, folder, bound_s=0.02):
+    return loadgen.run(loadgen.RunSettings("Server", target_qps=qps, latency_bound_s=bound_s,
+                                           min_duration_s=0.5, min_queries=QUERIES),
+                       [8] * 64, sleeper, BatchPolicy(1, 0.0), folder)
+
+
+def test_offline_runs_every_sample_in_full_batches(tmp_path):
+    settings = loadgen.RunSettings("Offline", target_qps=4000, min_duration_s=0.5,
+                                   min_queries=1)
+    result = loadgen.run(settings, [8] * 64, sleeper, BatchPolicy(8, 0.001), tmp_path)
+    assert result.summary["Scenario"] == "Offline" and (tmp_path / "mlperf_log_detail.txt").exists()
+    assert max(result.batches) == 8 and sum(result.batches) >= 64
+    # 8 samples per 1 ms batch: at most 8000 samples/s, and not far below it
+    assert 2000 < result.qps() <= 8000 * 1.05
+
+
+def test_server_is_valid_below_capacity_and_invalid_above(tmp_path):
+    """Batch 1, 1 ms per sample: capacity 1000 QPS. At 400 QPS the p99 stays under 20 ms; at
+    1500 QPS the queue grows without bound and LoadGen says INVALID, naming the constraint."""
+    low, high = server_run(400, tmp_path / "low"), server_run(1500, tmp_path / "high")
+    assert low.valid and low.reasons == [] and low.latency_s(99) < 0.02, low.summary
+    assert 350 < low.qps() < 450
+    assert not high.valid and "Performance constraints satisfied" in high.reasons
+    assert high.latency_s(99) > 0.02
+    assert high.as_dict()["valid"] is False and high.as_dict()["p99_s"] > 0.02
+
+
+def test_the_search_brackets_the_knee_of_a_known_system(tmp_path):
+    """Real LoadGen runs: the highest valid QPS of a 1 ms, batch-1 system with a 20 ms p99
+    bound lies below its capacity (1000) and above half of it (an M/D/1 queue meets the bound
+    well past 50% load)."""
+    def trial(qps):
+        r = server_run(qps, tmp_path / f"q{qps:.0f}")
+        return Trial(qps, r.valid, {"p99_s": r.latency_s(99)})
+
+    found = max_valid_qps(trial, 200, rel_tol=0.15, max_trials=8)
+    assert 500 <= found.best_qps <= 1000, found.as_dict()
+    lo, hi = found.bracket
+    assert lo == found.best_qps and hi is not None and hi > lo
+    assert all(t.valid == (t.qps <= lo) for t in found.trials)
+
+
+def test_the_search_logic_on_a_threshold():
+    seen = []
+
+    def trial(qps):
+        seen.append(qps)
+        return Trial(qps, qps <= 300)
+
+    found = max_valid_qps(trial, 100, rel_tol=0.05, max_trials=12)
+    assert seen[:3] == [100, 200, 400]  # doubles until invalid, then bisects
+    assert 300 / 1.05 <= found.best_qps <= 300 and found.bracket[1] > 300
+    never = max_valid_qps(lambda q: Trial(q, False), 100, max_trials=4)
+    assert never.best_qps is None and len(never.trials) == 4
+    with pytest.raises(ValueError, match="first_qps=0"):
+        max_valid_qps(trial, 0)
+
+
+def test_a_system_that_never_completes_ends_at_the_timeout_naming_what_is_outstanding(
+        tmp_path):
+    """In a process of its own, as a point job is: LoadGen cannot be stopped, so the process
+    must still end once the error is reported."""
+    code = textwrap.dedent(f"""
+        import threading
+        from pathlib import Path
+        from suite.serving import loadgen
+        from suite.serving.batching import BatchPolicy
+        stuck = threading.Event()
+        try:
+            loadgen.run(loadgen.RunSettings("Offline", target_qps=100, min_duration_s=0.1,
+                                            min_queries=1),
+                        [8] * 16, lambda idx: stuck.wait(), BatchPolicy(4, 0.0),
+                        Path({str(tmp_path)!r}), timeout_s=2)
+        except loadgen.ServingTimeout as e:
+            print(e)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, env=job_env())
+    assert proc.returncode == 0, proc.stderr
+    assert re.fullmatch(r"Offline: LoadGen still waited after 2 s; \d+ queries outstanding\n",
+                        proc.stdout), proc.stdout
+
+
+# ---- a tiny BERT served through LoadGen -----------------------------------------------------
+
+def _tiny_systems(names, max_batch=4, window_s=0.002, buckets=(8, 16)):
+    from suite.baselines.registry import baselines
+    from suite.config import BertDims
+    from suite.experiments.bert_varlen import reference_output
+    from suite.models import canonical_bert
+    from suite.serving.systems import RequestLibrary, ServingSystem, parse_system, policy_for
+
+    from conftest import TINY_MODEL
+
+    model = canonical_bert(BertDims(**TINY_MODEL), max_position=16, seed=0)
+    library = RequestLibrary(request_lengths(48, 16, seed=3), 16, TINY_MODEL["vocab_size"])
+    systems = {}
+    for name in names:
+        batching, baseline = parse_system(name)
+        b = baselines.create(baseline)
+        b.prepare(model, torch.device("cpu"), torch.float32)
+        systems[name] = ServingSystem(name, b, policy_for(batching, max_batch, window_s, buckets),
+                                      library, torch.device("cpu"))
+    sample = list(range(12))
+    oracle = reference_output(model, library.batch(sample), torch.device("cpu"))
+    return systems, sample, oracle
+
+
+NAMES = ["padded-torch-eager", "bucketed-torch-eager", "packed-reference"]
+
+
+def test_every_system_passes_the_gate_on_mixed_lengths_and_a_wrong_one_does_not():
+    systems, sample, oracle = _tiny_systems(NAMES)
+    for name, system in systems.items():
+        check = system.check(sample, oracle, "fp32")
+        assert check["passed"], (name, check)
+    wrong = systems["padded-torch-eager"]
+    real = wrong.baseline.run
+    wrong.baseline.run = lambda batch: real(batch) * 1.01  # a system that is slightly off
+    assert not wrong.check(sample, oracle, "fp32")["passed"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_tiny_bert_serves_offline_and_server_through_loadgen(tmp_path, name):
+    systems, _, _ = _tiny_systems([name])
+    system = systems[name]
+    lengths = system.library.lengths
+    offline = loadgen.run(loadgen.RunSettings("Offline", target_qps=200, min_duration_s=0.3,
+                                              min_queries=1),
+                          lengths, system.run_batch, system.policy, tmp_path / "offline")
+    assert offline.valid or offline.reasons == ["Min duration satisfied"], offline.summary
+    assert offline.qps() > 0 and max(offline.batches) == 4
+    server = loadgen.run(loadgen.RunSettings("Server", target_qps=100, latency_bound_s=0.5,
+                                             min_duration_s=0.5, min_queries=QUERIES),
+                         lengths, system.run_batch, system.policy, tmp_path / "server")
+    assert server.valid, server.summary
+    assert 90 < server.qps() < 110 and server.latency_s(99) < 0.5
+    assert (tmp_path / "server" / "mlperf_log_summary.txt").read_text().count("VALID")
