@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from suite.analysis.compare import CompareError, compare
+from suite.analysis.compare import CompareError, compare, markdown
 from suite.cli import main
 from suite.records import Record, Status, write_record
 from suite.measure.stats import summarize
@@ -114,7 +114,18 @@ def test_a_quick_run_and_a_sweep_compare_on_the_points_they_share(tmp_path):
     new = _folder(tmp_path, "quick", [_record("a", 64, _samples(0.01, 0.01, seed=4),
                                               config=quick)])
     t = compare(base, new)
-    assert list(t.system) == ["a"] and list(t.verdict) == ["same"]
+    assert list(t.system) == ["a"] and list(t.verdict) == ["same"] and not t.attrs["apart"]
+    # a shared point the quick run measures differently (fewer steps) is listed apart; the
+    # others are still compared
+    shorter = {**quick, "seed": 1}
+    mixed = _folder(tmp_path, "mixed", [
+        _record("a", 64, _samples(0.01, 0.01, seed=4), config=quick),
+        _record("b", 64, _samples(0.01, 0.01, seed=5), config=shorter)])
+    t = compare(base, mixed)
+    assert list(t.system) == ["a"]
+    assert t.attrs["apart"] == ("1 shared point(s) measured under different settings, not "
+                                "compared: seed differ (bert_varlen/b)")
+    assert markdown(t, "sweep", "mixed", 0.05).endswith(t.attrs["apart"] + "\n")
     # the provenance hash still tells the runs apart
     assert _record("a", 64, None, config=quick).config_hash != \
         _record("a", 64, None, config=sweep).config_hash

@@ -1,6 +1,7 @@
 """Machine folders found on disk, publishing one, the headline numbers and the README block."""
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -155,6 +156,12 @@ def test_readme_block_is_replaced_between_its_markers(tmp_path):
     assert r"| bert_varlen | a \| b: **2.00x** [1.9, 2.1] | b16 x 256 |" in block
     assert readme.read_text().startswith("intro\n") and readme.read_text().endswith("outro\n")
     assert update_readme(readme, [folder]) is False
+    # machines in order of their names, not of a shell's glob ("box-quick/" sorts before "box/")
+    quick = folder.with_name("box-quick")
+    shutil.copytree(folder, quick)
+    assert update_readme(readme, [quick, folder]) is True
+    block = readme_block(readme)
+    assert block.index("Machine `box`") < block.index("Machine `box-quick`")
 
 
 def test_readme_figures_are_not_git_ignored():

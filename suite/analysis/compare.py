@@ -12,10 +12,12 @@ of medians new / base with a bootstrap CI (resampling each side's samples), and 
 The CI resamples the samples within each run: it does not see what varies between runs (other
 tenants of a shared machine, frequency, memory placement), which a self-comparison shows.
 A ``slower`` point is a regression. Records of one point measured under different settings
-(``Record.measurement_hash``: the config less what only chooses which points run) or of
-different record schema versions are never compared: the comparison refuses (``CompareError``)
-and names the settings that differ, as it does when the folders share no point. A quick run and
-a sweep compare on the points they share.
+(``Record.measurement_hash``: the config less what only chooses which points run) are never
+compared: they are listed apart with the settings that differ (``table.attrs["apart"]``, a
+line under the Markdown table), and the comparison refuses (``CompareError``) when no shared
+point is left, as it does when the folders share no point or their record schema versions
+differ. A quick run and a sweep compare on the points they measure alike (the quick run's
+shorter pre-training runs are listed apart).
 """
 
 from __future__ import annotations
@@ -87,14 +89,19 @@ def compare(base: str | Path, new: str | Path, *, threshold: float = THRESHOLD,
         if ra.measurement_hash != rb.measurement_hash:
             differ = config_diff(measurement_config(ra.config, ra.system),
                                  measurement_config(rb.config, rb.system))
-            configs[", ".join(differ)].append(f"{k[0]}/{k[1]}")
-    if configs:
-        detail = "; ".join(f"{differ} differ ({', '.join(sorted(set(pts))[:4])})"
-                           for differ, pts in configs.items())
+            configs[", ".join(differ)].append(k)
+    apart = {k for keys in configs.values() for k in keys}
+    named = {differ: ", ".join(sorted({f"{k[0]}/{k[1]}" for k in keys})[:4])
+             for differ, keys in configs.items()}
+    detail = "; ".join(f"{differ} differ ({points})" for differ, points in named.items())
+    if apart == set(common):
         raise CompareError(f"the same points were measured under different settings: {detail};"
                            f" compare runs that measure a point alike")
-    rows = [_row(k, a[k], b[k], threshold, noisy_cv) for k in common]
-    return pd.DataFrame(rows)
+    table = pd.DataFrame([_row(k, a[k], b[k], threshold, noisy_cv) for k in common
+                          if k not in apart])
+    table.attrs["apart"] = f"{len(apart)} shared point(s) measured under different settings, " \
+                           f"not compared: {detail}" if apart else ""
+    return table
 
 
 def _row(key, base: Loaded, new: Loaded, threshold: float, noisy_cv: float) -> dict[str, Any]:
@@ -154,4 +161,6 @@ def markdown(table: pd.DataFrame, base: str, new: str, threshold: float) -> str:
             timing = (f"{r.base_ms:.3g} | {r.new_ms:.3g} | {r.ratio:.3f} "
                       f"[{r.ci_low:.3f}, {r.ci_high:.3f}] | {r.verdict}")
         lines.append(f"| {r.experiment} | {r.system} | {r.point} | {timing} |")
+    if table.attrs.get("apart"):
+        lines += ["", table.attrs["apart"]]
     return "\n".join(lines) + "\n"

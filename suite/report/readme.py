@@ -54,14 +54,16 @@ def headlines_markdown(folder: str | Path) -> str:
 
 
 def update_readme(readme: str | Path, folders: list[str | Path]) -> bool:
-    """Replace the block between the markers; True when the README changed."""
+    """Replace the block between the markers, one machine after another in order of their
+    folders' names (whatever order a shell's glob gave them); True when the README changed."""
     readme = Path(readme)
     text = readme.read_text()
     if BEGIN not in text or END not in text:
         raise ValueError(f"{readme}: no {BEGIN!r} ... {END!r} markers to write between")
     head, rest = text.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
-    body = "\n\n".join(headlines_markdown(f) for f in folders)
+    body = "\n\n".join(headlines_markdown(f)
+                         for f in sorted(folders, key=lambda f: Path(f).name))
     new = f"{head}{BEGIN}\n{body}\n{END}{tail}"
     if new != text:
         readme.write_text(new)
