@@ -255,3 +255,23 @@ def test_a_tiny_bert_serves_offline_and_server_through_loadgen(tmp_path, name):
     assert server.valid, server.summary
     assert 90 < server.qps() < 110 and server.latency_s(99) < 0.5
     assert (tmp_path / "server" / "mlperf_log_summary.txt").read_text().count("VALID")
+
+
+def test_a_server_point_records_its_search_and_an_offline_point_its_throughput(tmp_path):
+    from suite.serving.point import ServingPlan, measure
+
+    systems, _, _ = _tiny_systems(["packed-reference"])
+    system = systems["packed-reference"]
+    server = measure(system, ServingPlan("Server", latency_bound_s=0.1, min_duration_s=0.3,
+                                         max_trials=4, rel_tol=0.3), tmp_path / "server")
+    trials = server["search"]["trials"]
+    assert 1 <= len(trials) <= 4 and server["loadgen_version"] == "6.0.17"
+    assert server["valid"] and server["max_valid_qps"] == max(t["qps"] for t in trials
+                                                                if t["valid"])
+    assert server["p99_s"] < 0.1 and server["result"]["valid"]
+    assert all((tmp_path / "server" / f"qps-{t['qps']:.6g}" / "mlperf_log_summary.txt").exists()
+               for t in trials)
+    offline = measure(system, ServingPlan("Offline", min_duration_s=0.3, min_queries=1),
+                      tmp_path / "offline")
+    assert offline["samples_per_s"] > 0 and offline["result"]["scenario"] == "Offline"
+    assert offline["policy"]["max_batch"] == 4

@@ -30,7 +30,7 @@ class Search:
 
     def as_dict(self) -> dict[str, Any]:
         return {"best_qps": self.best_qps, "bracket": list(self.bracket),
-                "trials": [{"qps": t.qps, "valid": t.valid, **t.detail} for t in self.trials]}
+                "trials": [{**t.detail, "qps": t.qps, "valid": t.valid} for t in self.trials]}
 
 
 def max_valid_qps(trial: Callable[[float], Trial], first_qps: float, *, rel_tol: float = 0.1,

@@ -1,0 +1,86 @@
+"""One serving measurement of one system: the scenario's LoadGen run(s) and what they found.
+
+- Offline: one run; samples/s.
+- SingleStream: one run; the 90th percentile latency (LoadGen's metric for it).
+- Server: ``search.max_valid_qps`` from a first guess (half the throughput a few batches of
+  the library show), every trial a LoadGen run with its logs in a folder of its own; the
+  answer is the highest VALID offered load and the p99 latency LoadGen measured there.
+
+Every result names LoadGen's version, the settings and VALID/INVALID with LoadGen's reasons.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from suite.serving import loadgen
+from suite.serving.search import Trial, max_valid_qps
+from suite.serving.systems import ServingSystem
+
+
+@dataclass(frozen=True)
+class ServingPlan:
+    scenario: str
+    latency_bound_s: float = 0.1  # Server: the p99 bound
+    min_duration_s: float = 2.0
+    min_queries: int = 500  # LoadGen's early stopping wants ~460 before a p99 can be VALID
+    max_trials: int = 6
+    rel_tol: float = 0.1
+    timeout_s: float = 300.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.scenario not in loadgen.SCENARIOS:
+            raise ValueError(f"scenario {self.scenario!r} is not one of {loadgen.SCENARIOS}")
+
+
+def throughput_guess(system: ServingSystem, batches: int = 3) -> float:
+    """Samples/s of a few full batches taken in library order (an untimed first guess that
+    sizes LoadGen's runs; LoadGen's own runs are the measurement)."""
+    n, size = len(system.library), system.policy.max_batch
+    groups = [[(k * size + j) % n for j in range(size)] for k in range(batches + 1)]
+    system.run_batch(groups[0])  # warm-up
+    start = time.perf_counter()
+    for g in groups[1:]:
+        system.run_batch(g)
+    return batches * size / (time.perf_counter() - start)
+
+
+def measure(system: ServingSystem, plan: ServingPlan, logs: Path,
+            first_qps: float | None = None) -> dict[str, Any]:
+    lengths = system.library.lengths
+    guess = first_qps or throughput_guess(system)
+
+    def settings(qps: float) -> loadgen.RunSettings:
+        return loadgen.RunSettings(plan.scenario, target_qps=qps,
+                                   latency_bound_s=plan.latency_bound_s,
+                                   min_duration_s=plan.min_duration_s,
+                                   min_queries=plan.min_queries, seed=plan.seed)
+
+    def one(qps: float, folder: Path) -> loadgen.RunResult:
+        return loadgen.run(settings(qps), lengths, system.run_batch, system.policy, folder,
+                           timeout_s=plan.timeout_s)
+
+    out: dict[str, Any] = {"loadgen_version": loadgen.loadgen_version(), "plan": asdict(plan),
+                           "policy": asdict(system.policy), "first_qps": guess}
+    if plan.scenario != "Server":
+        result = one(guess, logs)
+        return {**out, "result": result.as_dict(), "valid": result.valid,
+                "samples_per_s": result.qps(), "p90_s": result.latency_s(90)}
+    runs: dict[float, loadgen.RunResult] = {}
+
+    def trial(qps: float) -> Trial:
+        runs[qps] = r = one(qps, logs / f"qps-{qps:.6g}")
+        measured = {k: v for k, v in r.as_dict().items()
+                    if k not in ("scenario", "latency_bound_s", "target_qps", "qps")}
+        return Trial(qps, r.valid, {**measured, "scheduled_qps": r.qps()})
+
+    search = max_valid_qps(trial, guess / 2, rel_tol=plan.rel_tol, max_trials=plan.max_trials)
+    best = runs.get(search.best_qps)
+    return {**out, "search": search.as_dict(), "valid": best is not None,
+            "max_valid_qps": search.best_qps,
+            "p99_s": best.latency_s(99) if best else None,
+            "result": best.as_dict() if best else None}
