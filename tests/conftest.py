@@ -140,3 +140,13 @@ def job_env(**extra: str) -> dict[str, str]:
     this checkout importable, and no SLURM allocation inherited (a test may run inside one)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     return {**env, "PATH": f"{BIN}{os.pathsep}{env['PATH']}", "PYTHONPATH": str(ROOT), **extra}
+
+
+class Clock:
+    """A clock a test moves by hand (``clock.t = ...``)."""
+
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t

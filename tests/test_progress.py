@@ -9,13 +9,7 @@ from snakemake_interface_logger_plugins.common import LogEvent
 from suite.workflow.progress import Progress, duration
 from suite.records import Record, Status, write_record
 
-
-class Clock:
-    def __init__(self):
-        self.t = 0.0
-
-    def __call__(self):
-        return self.t
+from conftest import Clock
 
 
 def test_estimate_from_each_rules_finished_jobs():

@@ -17,17 +17,9 @@ from suite.serving.batching import BatchPolicy, BatchQueue
 from suite.serving.requests import HistogramError, read_histogram, request_lengths
 from suite.serving.search import Trial, max_valid_qps
 
-from conftest import job_env
+from conftest import Clock, job_env
 
 lg = pytest.importorskip("mlperf_loadgen")
-
-
-class Clock:
-    def __init__(self):
-        self.t = 0.0
-
-    def __call__(self):
-        return self.t
 
 
 # ---- batching ------------------------------------------------------------------------------
