@@ -72,10 +72,6 @@ class BatchQueue:
             self._closed = True
             self._cv.notify_all()
 
-    def pending(self) -> int:
-        with self._cv:
-            return sum(len(q) for q in self._queues)
-
     def ready(self, now: float) -> list[Request] | None:
         """The batch to run now, or None if every queue may still wait (no lock: callers
         hold it)."""

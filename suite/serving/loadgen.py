@@ -30,7 +30,6 @@ SCENARIOS = ("Offline", "SingleStream", "Server")
 # LoadGen's summary keys this suite reads (the log keys are LoadGen's own words)
 RESULT = "Result is"
 SCHEDULED_QPS = "Scheduled samples per second"
-COMPLETED_QPS = "Completed samples per second"
 OFFLINE_QPS = "Samples per second"
 PERCENTILES = {50: "50.00 percentile latency (ns)", 90: "90.00 percentile latency (ns)",
                99: "99.00 percentile latency (ns)"}

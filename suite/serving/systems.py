@@ -22,7 +22,7 @@ import torch
 
 from suite.baselines.base import Baseline
 from suite.measure.correctness import compare
-from suite.serving.batching import BatchPolicy
+from suite.serving.batching import BatchPolicy, BatchQueue
 from suite.workloads import BertBatch, bert_batch
 
 BATCHING = ("padded", "bucketed", "packed")
@@ -50,7 +50,6 @@ class RequestLibrary:
 
     def __init__(self, lengths: Sequence[int], max_len: int, vocab_size: int, seed: int = 0):
         self.lengths = [int(n) for n in lengths]
-        self.max_len = max_len
         self._rows = bert_batch(self.lengths, max_len, vocab_size, seed=seed)
 
     def __len__(self) -> int:
@@ -84,7 +83,11 @@ class ServingSystem:
         ``suite.experiments.bert_varlen.reference_output`` gives it."""
         out = torch.zeros_like(oracle)
         position = {i: k for k, i in enumerate(indices)}
-        for group in _batches(indices, self.library.lengths, self.policy):
+        queue = BatchQueue(self.policy)  # all arrive at once; closed: every batch is due
+        queue.put([(i, i, self.library.lengths[i]) for i in indices])
+        queue.close()
+        for batch in iter(queue.take, None):
+            group = [r.index for r in batch]
             got = self.run_batch(group)
             if not isinstance(got, torch.Tensor):
                 got = torch.as_tensor(got)
@@ -93,12 +96,3 @@ class ServingSystem:
                 out[position[i], :n] = got[row, :n].to("cpu", torch.float64)
         return compare(out, oracle, self.library.batch(indices).attention_mask, dtype)
 
-
-def _batches(indices: Sequence[int], lengths: Sequence[int],
-             policy: BatchPolicy) -> list[list[int]]:
-    """The batches ``policy`` forms when ``indices`` arrive at once: full batches per bucket."""
-    queues: dict[int, list[int]] = {}
-    for i in indices:
-        queues.setdefault(policy.bucket(lengths[i]), []).append(i)
-    return [q[k:k + policy.max_batch] for _, q in sorted(queues.items())
-            for k in range(0, len(q), policy.max_batch)]
