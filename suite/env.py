@@ -13,6 +13,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from suite.launch.warm import CHILD_MARK
+
 # Distributions whose versions every record carries. Read from package metadata, never imported:
 # importing tensorflow before triton crashes the process.
 TRACKED_PACKAGES = ("seedbench", "torch", "triton", "numpy", "transformers", "tensorflow",
@@ -91,6 +93,8 @@ def capture(torch_info: bool = True) -> dict[str, Any]:
         "cpu_cores": usable_cores(),
         "packages": package_versions(),
         "git": git_state(),
+        # forked by suite.launch.warm after its imports, or a process started cold
+        "process_start": "warm fork" if os.environ.get(CHILD_MARK) else "cold",
     }
     if torch_info:
         import torch

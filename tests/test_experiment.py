@@ -113,33 +113,38 @@ def failed_factory(reason):
     return Record("bert_varlen", "x", {}, {}, Status.FAILED, reason)
 
 
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
 @pytest.mark.parametrize("code, expected", [
     ("import os; os.kill(os.getpid(), 9)", "killed by signal 9"),
     ("import sys; print('boom', file=sys.stderr); sys.exit(3)", "exited with code 3"),
     ("import time; time.sleep(30)", "timed out after 2 s"),
 ])
-def test_a_dying_job_leaves_a_failed_record(tmp_path, code, expected):
+def test_a_dying_job_leaves_a_failed_record(tmp_path, code, expected, warm):
+    """Started cold or forked by a warm server (suite.launch.warm), the same failed records."""
     out = tmp_path / "r.json"
-    run_isolated([sys.executable, "-c", code], out, failed_factory, timeout_s=2)
+    run_isolated([sys.executable, "-c", code], out, failed_factory, timeout_s=2, warm=warm)
     rec = read_record(out)
     assert rec.status is Status.FAILED and expected in rec.reason
     if "boom" in code:
         assert "boom" in rec.reason  # the last lines of output come with the reason
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_a_stopped_supervisor_takes_its_job_with_it(tmp_path, sig):
+@pytest.mark.parametrize("sig, warm", [(s, w) for s in (signal.SIGINT, signal.SIGTERM)
+                                       for w in (False, True)] + [(signal.SIGKILL, True)])
+def test_a_stopped_supervisor_takes_its_job_with_it(tmp_path, sig, warm):
     """Ctrl-C, or Snakemake / SLURM ending a point job: the job runs in a session of its own
     (so that a timeout kills a launcher's workers too), so the supervisor must stop it, or it
     goes on timing beside the next run and writes its record into that run (seen: CI failed on
-    a record that appeared after the next run had started)."""
+    a record that appeared after the next run had started). A supervisor killed outright cannot
+    stop a cold child (that one is left to the job's scheduler); a warm one's server sees the
+    supervisor's end of the connection close and kills the child."""
     pid_file = tmp_path / "child.pid"
     child = (f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
              "time.sleep(120)")
     supervisor = ("import sys; from pathlib import Path; "
                   "from suite.launch.jobs import run_isolated; "
                   f"run_isolated([sys.executable, '-c', {child!r}], Path({str(tmp_path)!r}) / "
-                  "'r.json', None, timeout_s=300)")
+                  f"'r.json', None, timeout_s=300, warm={warm})")
     proc = subprocess.Popen([sys.executable, "-c", supervisor], stderr=subprocess.PIPE,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 60
@@ -148,8 +153,18 @@ def test_a_stopped_supervisor_takes_its_job_with_it(tmp_path, sig):
     pid = int(pid_file.read_text())
     proc.send_signal(sig)
     assert proc.wait(timeout=30) != 0  # stopped, not finished
-    with pytest.raises(ProcessLookupError):  # gone (and reaped by the supervisor)
+    deadline = time.monotonic() + (10 if sig == signal.SIGKILL else 0)
+    while _alive(pid) and time.monotonic() < deadline:  # the warm server reaps it
+        time.sleep(0.05)
+    assert not _alive(pid)  # gone, and reaped by its parent
+
+
+def _alive(pid: int) -> bool:
+    try:
         os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
 
 
 def test_a_failed_record_the_job_wrote_before_exiting_1_is_kept(tmp_path):

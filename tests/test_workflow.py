@@ -237,6 +237,7 @@ def test_each_baseline_earns_its_status(full_run):
         assert rec.status.value == "ok" and rec.correctness["passed"]
         assert len(rec.timing["samples"]) >= 3
         assert rec.derived["pct_of_measured_peak"] > 0
+        assert rec.env["process_start"] == "warm fork"  # suite.launch.warm served the job
     # the GEMM library torch reached, seen in the reference's warm-up call
     assert recs["reference/b3_l16.json"].derived["gemm_library"]["summary"]
     assert status["raising/b3_l16.json"] == ("failed", "RuntimeError: deliberately broken kernel")
@@ -310,6 +311,9 @@ def test_every_training_run_passed_its_gate_with_mfu_on_the_measured_peak(full_r
             assert rec.correctness["passed"] is True
     assert llm["llm_engines/t/zero1.json"].point["world_size"] == 2
     assert llm["llm_loss/lamb-b12/single.json"].derived["eval_loss"] > 0
+    # one process forked warm (suite.launch.warm); a launcher's ranks start cold
+    assert llm["llm_mfu/t/single.json"].env["process_start"] == "warm fork"
+    assert llm["llm_engines/t/zero1.json"].env["process_start"] == "cold"
     ablation = pd.read_csv(results / "llm_ablation" / "table.csv")
     assert list(ablation.step) == list(range(7)) and ablation.mfu_fixed_percent.notna().all()
     for experiment in ("llm_mfu", "llm_engines", "llm_ablation", "llm_loss", "llm_scale"):

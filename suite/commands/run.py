@@ -64,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
         child += ["--subject", args.subject]
     if args.peak:
         child += ["--peak", str(args.peak)]
-    run_isolated([sys.executable, "-m", "suite.cli", *child], args.out, failed, cfg.timeout_s)
+    run_isolated([sys.executable, "-m", "suite.cli", *child], args.out, failed, cfg.timeout_s,
+                 warm=True)
     return 0
 
 

@@ -68,8 +68,9 @@ def run(args: argparse.Namespace) -> int:
         write_record(failed(f"cannot launch: {e}"), args.out)
         args.steplog.touch()
         return 0
+    # warm: a one-process run is forked by the warm server (launchers start their ranks cold)
     code = run_isolated(cmd, args.out, failed if owner else None, args.timeout_s,
-                        record_wait_s=60.0 if args.nnodes > 1 else 0.0, env=env)
+                        record_wait_s=60.0 if args.nnodes > 1 else 0.0, env=env, warm=True)
     if not owner:
         return code
     if not args.steplog.exists():  # a run that failed before its first step: an empty log

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from suite.launch import warm as warm_start
 from suite.launch.ports import free_port
 from suite.records import Record, Status, clip, read_record, write_record
 from suite.trainers import registry as trainers
@@ -37,7 +38,7 @@ TAIL_LINE_CHARS = 500  # each kept line at most (a process may print one enormou
 
 def run_isolated(cmd: list[str], out: Path, failed: Callable[[str], Record] | None,
                  timeout_s: float, record_wait_s: float = 0.0,
-                 env: dict[str, str] | None = None) -> int:
+                 env: dict[str, str] | None = None, warm: bool = False) -> int:
     """Run ``cmd``, which must write the record ``out``; if it dies or hangs without writing it,
     write ``failed(reason)`` there instead. The child's stderr is passed through.
 
@@ -49,13 +50,15 @@ def run_isolated(cmd: list[str], out: Path, failed: Callable[[str], Record] | No
     multi-node run): nothing is written, the exit code is returned. ``record_wait_s``: how long
     to wait after a clean exit for a record that another node's rank 0 writes (multi-node: the
     rendezvous, not the node rank, decides where global rank 0 runs). ``env``: the child's
-    environment (default: this process's)."""
+    environment (default: this process's). ``warm``: a ``python -m``/``-c`` child of this
+    interpreter is forked by a server that has done the imports (``suite.launch.warm``) when
+    one can be had; any other command (a launcher) starts cold."""
     tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
     if failed is not None:  # so that a record on disk afterwards is this run's
         out.unlink(missing_ok=True)
     # Its own process group: a launcher's workers (torchrun) are killed with it on a timeout.
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, errors="replace",
-                            start_new_session=True, env=env)
+    proc = (warm_start.popen(cmd, env) if warm else None) or subprocess.Popen(
+        cmd, stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True, env=env)
     reader = threading.Thread(target=_pump, args=(proc.stderr, tail), daemon=True)
     reader.start()
     try:
