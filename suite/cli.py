@@ -20,7 +20,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Commands whose job is their own process (the workflow's derived rules and loss runs), short
+# enough that imports dominate: forked by a warm server when one can be had (suite.launch.warm).
+# `run` and `train` supervise a child of their own that starts warm; `peak` times each library
+# in a fresh process on purpose.
+WARM = ("pretrain", "table", "llm-table", "pretrain-table", "scale-table", "analyze", "plot",
+        "report")
+
+
 def main(argv: list[str] | None = None) -> int:
+    """``argv`` None: this process's command line (the console script), which a warm child may
+    run instead; a list: run here (callers in Python)."""
+    if argv is None and sys.argv[1:2] and sys.argv[1] in WARM:
+        from suite.launch import warm
+
+        code = warm.forward([sys.executable, "-m", "suite.cli", *sys.argv[1:]])
+        if code is not None:
+            return code
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)

@@ -29,9 +29,10 @@ import pandas as pd
 import pytest
 import yaml
 
+from suite.launch import warm
 from suite.records import Status, read_record
 
-from conftest import BIN, ROOT, copy_workflow, job_env
+from conftest import BIN, ROOT, copy_workflow, job_env, warm_servers
 UNLOCK = ROOT / "workflows" / "unlock_stale.py"
 pytestmark = pytest.mark.faults
 
@@ -400,6 +401,14 @@ def _children(pid: int) -> list[int]:
     return kids
 
 
+def _job_of(supervisor: int, env: dict[str, str]) -> int:
+    """A point job's process: forked by the warm server of the supervisor's environment
+    (suite.launch.warm), else the supervisor's own child."""
+    (job,) = [k for s in warm_servers(warm.server_key(env)) for k in _children(s)] \
+        or _children(supervisor)
+    return job
+
+
 def _digest(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
             if p.is_file()}
@@ -426,8 +435,7 @@ def test_a_point_job_killed_mid_timing_leaves_a_failed_record_and_the_rest_intac
             break
     else:
         pytest.fail(f"the job ended before timing (exit {sup.wait()})")
-    (job,) = _children(sup.pid)
-    os.kill(job, signal.SIGKILL)
+    os.kill(_job_of(sup.pid, env), signal.SIGKILL)
     sup.stderr.read()
     assert sup.wait(timeout=120) == 0
     rec = read_record(out)

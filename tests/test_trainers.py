@@ -178,6 +178,10 @@ def test_command_builder():
     assert ds[5:] == ["--master_port", ds[6], "--no_local_rank", "--module", launch.MODULE, *args]
     assert 0 < int(ds[6]) < 65536  # a free port: two runs on one host must not share 29500
     assert "--standalone" in command("zero2", 2, args, launcher="torchrun", python=py)
+    # warm ranks: the launcher starts the shim that forks each (suite.launch.warm)
+    shim = ["suite.launch.warm", "exec", "-m", launch.MODULE, *args]
+    assert command("ddp", 2, args, python=py, warm=True)[-len(shim):] == shim
+    assert command("zero2", 2, args, python=py, warm=True)[-len(shim) - 1:] == ["--module", *shim]
     with pytest.raises(ValueError, match="cannot run under launcher='single'"):
         command("zero2", 1, args, launcher="single")
     ds2 = command("zero3", 8, args, nnodes=2, rdzv_endpoint="node0:29500",
@@ -249,12 +253,12 @@ def check_ok_record(record, steplog: Path, world_size: int, trainer: str) -> Non
 
 
 def _launch(trainer: str, nprocs: int, section: dict, tmp_path: Path, peak_path: Path,
-            timeout: float = 240):
+            timeout: float = 240, warm: bool = False):
     out, steps = tmp_path / f"{trainer}.json", tmp_path / f"{trainer}.jsonl"
     args = ["--train-json", json.dumps(section), "--trainer", trainer, "--out", str(out),
             "--steplog", str(steps), "--peak", str(peak_path)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    proc = subprocess.run(command(trainer, nprocs, args), cwd=REPO, env=env,
+    proc = subprocess.run(command(trainer, nprocs, args, warm=warm), cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=timeout)
     assert out.exists(), f"no record; rc={proc.returncode}\n{proc.stderr[-4000:]}"
     return read_record(out), steps, proc
@@ -272,8 +276,10 @@ def peak_file(tmp_path_factory) -> Path:
 # other on the same process group, to keep the file fast: each launch costs seconds of imports.
 @pytest.mark.parametrize("trainer", ["ddp", "zero2"])
 def test_two_rank_launch(trainer, tmp_path, peak_file):
-    record, steps, proc = _launch(trainer, 2, TINY, tmp_path, peak_file)
+    """Each launcher's ranks forked warm (suite.launch.warm), as the workflow starts them."""
+    record, steps, proc = _launch(trainer, 2, TINY, tmp_path, peak_file, warm=True)
     check_ok_record(record, steps, 2, trainer)
+    assert record.env["process_start"] == "warm fork"
     if trainer == "zero2":  # started by DeepSpeed's own runner
         assert "launch.py" in proc.stderr + proc.stdout
 

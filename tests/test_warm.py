@@ -5,6 +5,7 @@ timeout, a stopped supervisor) are in tests/test_experiment.py."""
 
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -12,19 +13,7 @@ import pytest
 
 from suite.launch import warm
 
-
-def _server_pids(key: str) -> list[int]:
-    """The servers of ``key`` (their forked children carry the same command line)."""
-    pids = {}
-    for entry in os.listdir("/proc"):
-        try:
-            cmdline = open(f"/proc/{entry}/cmdline", "rb").read().split(b"\0")
-            ppid = int(open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if b"suite.launch.warm" in cmdline and key.encode() in cmdline:
-            pids[int(entry)] = ppid
-    return [pid for pid, ppid in pids.items() if ppid not in pids]
+from conftest import BIN, warm_servers
 
 
 def _wait_until(condition, timeout_s: float) -> bool:
@@ -67,7 +56,7 @@ def test_a_dead_server_takes_its_children_with_it():
     env = {**os.environ, "SEEDBENCH_PROBE": "dead server"}
     proc = warm.popen([sys.executable, "-c", "import time; time.sleep(120)"], env)
     assert proc is not None
-    (server,) = _server_pids(warm.server_key(env))
+    (server,) = warm_servers(warm.server_key(env))
     os.kill(server, signal.SIGKILL)
     assert proc.wait(timeout=30) == -signal.SIGKILL
     assert _wait_until(lambda: not os.path.exists(f"/proc/{proc.pid}"), 10)
@@ -80,5 +69,61 @@ def test_an_idle_server_exits(monkeypatch):
     proc = warm.popen([sys.executable, "-c", "pass"], env)
     assert proc is not None and proc.wait(timeout=60) == 0
     key = warm.server_key(env)
-    assert _server_pids(key)
-    assert _wait_until(lambda: not _server_pids(key), 30)
+    assert warm_servers(key)
+    assert _wait_until(lambda: not warm_servers(key), 30)
+
+
+def _forwarder(code: str) -> list[str]:
+    """A process that hands ``python -c code`` to a warm child in its place."""
+    return [sys.executable, "-c", "import sys; from suite.launch import warm; "
+            f"sys.exit(warm.forward([sys.executable, '-c', {code!r}]))"]
+
+
+@pytest.mark.parametrize("code, returncode, out", [
+    ("print('from the child')", 0, "from the child\n"),
+    ("raise SystemExit(5)", 5, ""),
+    ("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)", -signal.SIGSEGV, ""),
+])
+def test_a_forwarded_command_ends_as_its_child_ended(code, returncode, out):
+    """Exit code, death by a signal (as a shell would see it) and output: the child's."""
+    done = subprocess.run(_forwarder(code), capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout) == (returncode, out), done.stderr
+
+
+def test_a_stopped_forwarder_stops_its_child(tmp_path):
+    pid_file = tmp_path / "child.pid"
+    proc = subprocess.Popen(_forwarder(
+        f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
+        "time.sleep(120)"))
+    assert _wait_until(lambda: pid_file.exists() and pid_file.read_text(), 120)
+    proc.terminate()
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    assert _wait_until(lambda: not os.path.exists(f"/proc/{pid_file.read_text()}"), 10)
+
+
+def test_the_console_script_forwards_the_derived_commands():
+    """`seedbench analyze ...` (a rule's command) is run by a warm child: a server for this
+    environment exists afterwards; what the user sees is the command's own error."""
+    env = {**os.environ, "SEEDBENCH_PROBE": "console script"}
+    done = subprocess.run([str(BIN / "seedbench"), "analyze", "--no-such-flag"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "seedbench analyze: error: the following arguments are " \
+        "required: experiment, --table, --out" in done.stderr
+    assert warm_servers(warm.server_key(env))
+
+
+def test_a_warm_child_takes_the_callers_limits_and_umask(capfd):
+    """ulimit and umask are the caller's, not those of whoever started the server."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    old_mask = os.umask(0o027)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (200, hard))
+    try:
+        proc = warm.popen([sys.executable, "-c", "import os, resource; m = os.umask(0); "
+                           "print(resource.getrlimit(resource.RLIMIT_NOFILE)[0], oct(m))"])
+        assert proc is not None and proc.wait(timeout=60) == 0
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        os.umask(old_mask)
+    assert capfd.readouterr().out == "200 0o27\n"

@@ -61,14 +61,15 @@ def run(args: argparse.Namespace) -> int:
         cmd = prefix + command(args.trainer, args.nprocs, inner, nnodes=args.nnodes,
                                node_rank=args.node_rank, rdzv_endpoint=endpoint,
                                rdzv_id=rdzv_id, local_addr=args.local_addr,
-                               join_timeout_s=args.timeout_s if args.nnodes > 1 else None)
+                               join_timeout_s=args.timeout_s if args.nnodes > 1 else None,
+                               warm=True)
     except (AllocationError, ValueError, FileNotFoundError) as e:
         if not owner:
             raise
         write_record(failed(f"cannot launch: {e}"), args.out)
         args.steplog.touch()
         return 0
-    # warm: a one-process run is forked by the warm server (launchers start their ranks cold)
+    # warm: a one-process run is forked by the warm server (a launcher's ranks: command(warm=))
     code = run_isolated(cmd, args.out, failed if owner else None, args.timeout_s,
                         record_wait_s=60.0 if args.nnodes > 1 else 0.0, env=env, warm=True)
     if not owner:

@@ -137,9 +137,12 @@ def command(trainer: str | Trainer, nprocs: int, args: Sequence[str], *, nnodes:
             node_rank: int | None = None, rdzv_endpoint: str | None = None,
             rdzv_id: str = "seedbench", hostfile: str | None = None,
             launcher: str | None = None, python: str = sys.executable,
-            local_addr: str | None = None, join_timeout_s: float | None = None) -> list[str]:
+            local_addr: str | None = None, join_timeout_s: float | None = None,
+            warm: bool = False) -> list[str]:
     """The command line that starts ``nprocs`` ranks per node of the training run (``MODULE``)
-    with ``args``.
+    with ``args``. ``warm``: each rank a child forked by the warm server (``suite.launch.warm``:
+    the launcher starts ``python -m suite.launch.warm exec -m MODULE ARGS``, which runs the
+    module itself when no warm start can be had).
 
     ``launcher`` defaults to the engine's own (``Trainer.launcher``), except that the ZeRO
     engines on several nodes without a ``hostfile`` run under torchrun, the same command on
@@ -174,6 +177,7 @@ def command(trainer: str | Trainer, nprocs: int, args: Sequence[str], *, nnodes:
         ssh_free = engine.launcher == "deepspeed" and nnodes > 1 and not hostfile
         launcher = "torchrun" if ssh_free else engine.launcher
     args = [str(a) for a in args]
+    module = [warm_start.SELF, "exec", "-m", MODULE] if warm else [MODULE]
     if (launcher == "single") != (engine.launcher == "single"):
         raise ValueError(f"trainer {engine.name!r} (launcher {engine.launcher!r}) cannot run "
                          f"under launcher={launcher!r}")
@@ -181,7 +185,7 @@ def command(trainer: str | Trainer, nprocs: int, args: Sequence[str], *, nnodes:
         if nprocs != 1 or nnodes != 1:
             raise ValueError(f"trainer {engine.name!r} runs one process; nprocs={nprocs}, "
                              f"nnodes={nnodes} (use ddp, fsdp2 or zero* for several)")
-        return [python, "-m", MODULE, *args]
+        return [python, "-m", MODULE, *args]  # run_isolated(warm=) forks it
     if nnodes > 1 and not rdzv_endpoint:
         raise ValueError(f"nnodes={nnodes} needs rdzv_endpoint='HOST:PORT' (a host every node "
                          f"reaches, e.g. node 0)")
@@ -189,10 +193,10 @@ def command(trainer: str | Trainer, nprocs: int, args: Sequence[str], *, nnodes:
         raise ValueError(f"launcher={launcher!r} is not one of {list(LAUNCHERS)}")
     if launcher == "deepspeed":
         cmd = _deepspeed(python, nprocs, nnodes, hostfile, rdzv_endpoint)
-        return [*cmd, "--no_local_rank", "--module", MODULE, *args]
+        return [*cmd, "--no_local_rank", "--module", *module, *args]
     cmd = _torchrun(python, nprocs, nnodes, node_rank, rdzv_endpoint, rdzv_id, local_addr,
                     join_timeout_s)
-    return [*cmd, "-m", MODULE, *args]
+    return [*cmd, "-m", *module, *args]
 
 
 def _deepspeed(python: str, nprocs: int, nnodes: int, hostfile: str | None,

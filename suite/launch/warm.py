@@ -17,9 +17,11 @@ off inside a SLURM job (its processes end with the job, so no later job could us
 
 Protocol (one connection per child): the client sends an 8-byte length with three file
 descriptors (the child's stdin, stdout and stderr), then that many bytes of JSON (``mode`` -m or
--c, its ``target``, ``args``, ``env``, ``cwd``); the server answers one JSON line ``{"pid": N}``
-once forked, and one ``{"status": S}`` (a ``waitpid`` status) when the child has ended. A client
-that closes its connection early gets its child killed.
+-c, its ``target``, ``args``, ``env``, ``cwd``, resource ``limits``, ``umask``); the server
+answers one JSON line ``{"pid": N}`` once forked, and one ``{"status": S}`` (a ``waitpid``
+status) when the child has ended. A client that closes its connection early gets its child
+killed. The child takes the caller's soft limits; the hard ones are part of the server's key
+(a server started by the caller has them, and no process may raise its own).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import hashlib
 import importlib
 import json
 import os
+import resource
 import runpy
 import selectors
 import signal
@@ -40,18 +43,30 @@ import time
 import traceback
 from pathlib import Path
 
+SELF = "suite.launch.warm"  # as -m runs it (as __main__, __name__ would not name it)
 ENV_SWITCH = "SEEDBENCH_WARM"
 CHILD_MARK = "SEEDBENCH_WARM_CHILD"  # set in a forked child's environment (its record says so)
-IDLE_S = 120.0
+IDLE_S = 60.0
 START_TIMEOUT_S = 90.0
+FORK_TIMEOUT_S = 30.0
 # what a BERT point's child imports before it measures anything (suite.experiments.bert_varlen
 # pulls in torch, scipy.stats and the suite; the HF families are imported lazily by transformers)
-PRELOAD = ("torch", "scipy.stats", "transformers", "transformers.models.bert.modeling_bert",
+# and what the derived rules' commands import (pandas, matplotlib, jinja2)
+PRELOAD = ("torch", "scipy.stats", "pandas", "matplotlib.pyplot", "jinja2", "transformers",
+           "transformers.models.bert.modeling_bert",
            "transformers.models.albert.modeling_albert",
            "transformers.models.distilbert.modeling_distilbert",
            "transformers.models.deberta_v2.modeling_deberta_v2", "suite.experiments.bert_varlen")
-# variables that change from one call to the next without changing what an import does
-VOLATILE_ENV = ("PYTEST_CURRENT_TEST", "_", "OLDPWD")
+# variables that change from one call to the next without changing what an import does: a
+# test's name, a shell's last command, and what launchers give each rank (read when the rank
+# joins its process group, after the fork)
+VOLATILE_ENV = ("PYTEST_CURRENT_TEST", "_", "OLDPWD", "RANK", "LOCAL_RANK", "WORLD_SIZE",
+                "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
+                "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT", "LOCAL_SIZE",
+                "CROSS_RANK", "CROSS_SIZE", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT",
+                "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_ERROR_FILE",
+                "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ENABLE_FILE_TIMER",
+                "TORCHELASTIC_TIMER_FILE", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "PYTHONUNBUFFERED")
 _SOURCES = [Path(__file__).resolve().parents[2] / p for p in ("suite", "reference_impl")]
 _HEADER = struct.Struct("!Q")
 
@@ -64,6 +79,8 @@ def enabled() -> tuple[bool, str]:
         return False, "needs Linux (abstract sockets and pidfds)"
     if "SLURM_JOB_ID" in os.environ:
         return False, "inside a SLURM job, whose processes end with it"
+    if os.environ.get(CHILD_MARK):
+        return False, "already a warm child"
     return True, ""
 
 
@@ -71,7 +88,8 @@ def server_key(env: dict[str, str]) -> str:
     """What a server's imports depend on; equal keys may share one server."""
     h = hashlib.sha256()
     stable = sorted((k, v) for k, v in env.items() if k not in VOLATILE_ENV)
-    for part in (sys.executable, os.getcwd(), json.dumps(stable), PRELOAD):
+    hard = sorted((name, limits[1]) for name, limits in _limits().items())
+    for part in (sys.executable, os.getcwd(), json.dumps(stable), PRELOAD, hard):
         h.update(repr(part).encode() + b"\0")
     for root in _SOURCES:
         for path in sorted(root.rglob("*.py")):
@@ -93,7 +111,7 @@ class WarmProcess:
     def __init__(self, cmd: list[str], conn: socket.socket, pid: int, stderr_fd: int,
                  buffer: bytes) -> None:
         self.args, self.pid, self.returncode = cmd, pid, None
-        self.stderr = os.fdopen(stderr_fd, "r", errors="replace")
+        self.stderr = os.fdopen(stderr_fd, "r", errors="replace") if stderr_fd >= 0 else None
         self._conn, self._buffer = conn, buffer
 
     def wait(self, timeout: float | None = None) -> int:
@@ -117,10 +135,12 @@ class WarmProcess:
         return self.returncode
 
 
-def popen(cmd: list[str], env: dict[str, str] | None = None) -> WarmProcess | None:
+def popen(cmd: list[str], env: dict[str, str] | None = None,
+          stderr: int | None = None) -> WarmProcess | None:
     """``cmd`` (``python -m module ...`` or ``python -c code ...`` of this interpreter) forked by
     a warm server, started here when none is running; None when warm starts are off, ``cmd`` is
-    another program, or no server answered (the caller then starts the child cold)."""
+    another program, or no server answered (the caller then starts the child cold). The child's
+    stderr: a pipe read as ``.stderr`` (default), or the descriptor ``stderr``."""
     if len(cmd) < 3 or cmd[0] != sys.executable or cmd[1] not in ("-m", "-c") \
             or not enabled()[0]:
         return None
@@ -129,10 +149,12 @@ def popen(cmd: list[str], env: dict[str, str] | None = None) -> WarmProcess | No
     conn = _connect(key) or _start_and_connect(key, env)
     if conn is None:
         return None
-    read_fd, write_fd = os.pipe()
+    read_fd, write_fd = os.pipe() if stderr is None else (-1, os.dup(stderr))
+    conn.settimeout(FORK_TIMEOUT_S)  # a stuck server: closing kills whatever it forked
     try:
         payload = json.dumps({"mode": cmd[1], "target": cmd[2], "args": cmd[3:], "env": env,
-                              "cwd": os.getcwd()}).encode()
+                              "cwd": os.getcwd(), "limits": _limits(),
+                              "umask": _umask()}).encode()
         socket.send_fds(conn, [_HEADER.pack(len(payload))], [0, 1, write_fd])
         conn.sendall(payload)
         os.close(write_fd)
@@ -147,11 +169,50 @@ def popen(cmd: list[str], env: dict[str, str] | None = None) -> WarmProcess | No
         pid = json.loads(line)["pid"]
     except (OSError, ValueError, KeyError):
         conn.close()
-        os.close(read_fd)
-        if write_fd >= 0:
-            os.close(write_fd)
+        for fd in (read_fd, write_fd):
+            if fd >= 0:
+                os.close(fd)
         return None
     return WarmProcess(cmd, conn, pid, read_fd, rest)
+
+
+def _limits() -> dict[str, tuple[int, int]]:
+    """This process's resource limits (``ulimit``): a warm child gets them, as a child of this
+    process would (the server's may differ)."""
+    return {name: resource.getrlimit(getattr(resource, name)) for name in dir(resource)
+            if name.startswith("RLIMIT_") and name != "RLIMIT_NLIMITS"}
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def forward(cmd: list[str]) -> int | None:
+    """Run ``cmd`` as a warm child in place of this process: its streams are this process's,
+    SIGTERM or Ctrl-C here kills it, and its end is this process's (the exit code, or death by
+    the same signal). None when no warm start could be had: the caller runs the command itself.
+    """
+    proc = popen(cmd, stderr=2)
+    if proc is None:
+        return None
+
+    def stop(signum: int, frame: object) -> None:
+        _kill(proc.pid)
+        proc.wait()
+        raise SystemExit(128 + signum)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        code = proc.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if code < 0:  # die as the child died (a shell then reports the same signal)
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    return code
 
 
 def _connect(key: str) -> socket.socket | None:
@@ -165,7 +226,7 @@ def _connect(key: str) -> socket.socket | None:
 
 
 def _start_and_connect(key: str, env: dict[str, str]) -> socket.socket | None:
-    server = subprocess.Popen([sys.executable, "-m", __name__, key, str(IDLE_S)], env=env,
+    server = subprocess.Popen([sys.executable, "-m", SELF, key, str(IDLE_S)], env=env,
                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + START_TIMEOUT_S
@@ -300,6 +361,9 @@ def _child(request: dict, fds: list[int], inherited: list[int], server_pid: int)
             os.dup2(fd, target)
             os.close(fd)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        for name, (soft, hard) in request["limits"].items():  # the caller's, not the server's
+            resource.setrlimit(getattr(resource, name), (soft, hard))
+        os.umask(request["umask"])
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"], **{CHILD_MARK: "1"})
@@ -336,5 +400,21 @@ def _die_with(server_pid: int) -> None:
         os._exit(137)
 
 
+def exec_module(argv: list[str]) -> int:
+    """``-m MODULE ARGS...``: that module as a warm child in place of this process, or run here
+    when no warm start can be had. What a launcher starts as each rank (``jobs.command`` with
+    ``warm``): the launcher's own worker processes stay, only their imports are skipped."""
+    if len(argv) < 2 or argv[0] != "-m":
+        raise SystemExit(f"usage: python -m {SELF} exec -m MODULE [ARGS...]; got {argv}")
+    code = forward([sys.executable, *argv])
+    if code is not None:
+        return code
+    sys.argv = [argv[1], *argv[2:]]
+    runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+    return 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["exec"]:
+        sys.exit(exec_module(sys.argv[2:]))
     sys.exit(serve(sys.argv[1], float(sys.argv[2])))
