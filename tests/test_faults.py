@@ -44,7 +44,9 @@ CONFIG = {
         "baselines": ["torch-eager", "reference", "torch-nested"],
         "model": {"layers": 1, "hidden": 32, "heads": 4, "intermediate": 64, "vocab_size": 100},
         "batch_sizes": [2], "max_seq_lens": [8, 16], "device": "cpu", "threads": 1,
-        "timing": {"warmup": 1, "min_repeats": 3, "min_time_s": 0.0},
+        # 2 s of timing a point: a Ctrl-C or kill then meets a running point (warm-started
+        # tiny points last about a second, less than the wait for a quiet log)
+        "timing": {"warmup": 1, "min_repeats": 3, "min_time_s": 2.0},
         **{k: {"enabled": False} for k in ("ablation", "mha", "fused_ops", "fixed_length",
                                             "variants")},
     },
