@@ -43,6 +43,8 @@ import time
 import traceback
 from pathlib import Path
 
+from suite.workflow import source_digest
+
 SELF = "suite.launch.warm"  # as -m runs it (as __main__, __name__ would not name it)
 ENV_SWITCH = "SEEDBENCH_WARM"
 CHILD_MARK = "SEEDBENCH_WARM_CHILD"  # set in a forked child's environment (its record says so)
@@ -89,12 +91,9 @@ def server_key(env: dict[str, str]) -> str:
     h = hashlib.sha256()
     stable = sorted((k, v) for k, v in env.items() if k not in VOLATILE_ENV)
     hard = sorted((name, limits[1]) for name, limits in _limits().items())
-    for part in (sys.executable, os.getcwd(), json.dumps(stable), PRELOAD, hard):
+    sources = [source_digest.digest(root) for root in _SOURCES]
+    for part in (sys.executable, os.getcwd(), json.dumps(stable), PRELOAD, hard, sources):
         h.update(repr(part).encode() + b"\0")
-    for root in _SOURCES:
-        for path in sorted(root.rglob("*.py")):
-            h.update(path.relative_to(root.parent).as_posix().encode() + b"\0")
-            h.update(path.read_bytes() + b"\0")
     return h.hexdigest()[:24]
 
 

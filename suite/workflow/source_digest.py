@@ -17,10 +17,10 @@ PACKAGE = Path(__file__).resolve().parents[1]  # suite/
 PATTERNS = ("*.py", "*.j2", "*.yaml", "*.csv")
 
 
-def digest() -> str:
+def digest(package: Path = PACKAGE) -> str:
     """sha256 over every source file's path and bytes, in path order (16 hex digits)."""
     h = hashlib.sha256()
-    for path in sorted({p for pattern in PATTERNS for p in PACKAGE.rglob(pattern)}):
-        h.update(path.relative_to(PACKAGE).as_posix().encode() + b"\0")
+    for path in sorted({p for pattern in PATTERNS for p in package.rglob(pattern)}):
+        h.update(path.relative_to(package).as_posix().encode() + b"\0")
         h.update(path.read_bytes() + b"\0")
     return h.hexdigest()[:16]
