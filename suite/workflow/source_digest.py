@@ -17,8 +17,10 @@ PACKAGE = Path(__file__).resolve().parents[1]  # suite/
 PATTERNS = ("*.py", "*.j2", "*.yaml", "*.csv")
 
 
-def digest(package: Path = PACKAGE) -> str:
-    """sha256 over every source file's path and bytes, in path order (16 hex digits)."""
+def digest(package: Path | None = None) -> str:
+    """sha256 over every source file's path and bytes, in path order (16 hex digits), of
+    ``package`` (default ``PACKAGE``, read at call time)."""
+    package = package or PACKAGE
     h = hashlib.sha256()
     for path in sorted({p for pattern in PATTERNS for p in package.rglob(pattern)}):
         h.update(path.relative_to(package).as_posix().encode() + b"\0")
