@@ -77,7 +77,7 @@ rerun-noisy: $(STAMP)
 # DRY=1 rehearses every step on CPU at tiny sizes with this venv (make test runs it).
 GPU_OUT ?= gpu-check-out
 GPU_WHEELS := jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 \
-	rpds-py==2026.9.1
+	rpds-py==2026.9.1 mlcommons-loadgen==6.0.17
 gpu-wheels:
 	mkdir -p .whl
 	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \

@@ -35,6 +35,7 @@ if not REPORT_ONLY:
     include: "workflows/rules/bert_varlen.smk"
     include: "workflows/rules/llm.smk"
     include: "workflows/rules/pretrain.smk"
+    include: "workflows/rules/serving.smk"
 
 
 include: "workflows/rules/tables.smk"

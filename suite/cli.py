@@ -22,9 +22,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Commands whose job is their own process (the workflow's derived rules and loss runs), short
 # enough that imports dominate: forked by a warm server when one can be had (suite.launch.warm).
-# `run` and `train` supervise a child of their own that starts warm; `peak` times each library
-# in a fresh process on purpose.
-WARM = ("pretrain", "table", "llm-table", "pretrain-table", "scale-table", "analyze", "plot",
+# `run`, `serve` and `train` supervise a child of their own that starts warm; `peak` times each
+# library in a fresh process on purpose.
+WARM = ("pretrain", "table", "llm-table", "table-step", "scale-table", "analyze", "plot",
         "report")
 
 

@@ -20,10 +20,13 @@ PUBLISHED = "published"
 # Folders under results/ that hold no machine's runs.
 NOT_MACHINES = ("paper", PUBLISHED)
 # Where each family's records lie inside <machine>/<experiment>/ (the run rules' outputs).
-RECORD_GLOBS = {"bert": "*/*/b*_l*.json", "llm": "*/*.json", "pretrain": "*/seed*.json"}
-# What a published machine folder keeps: records, the step logs behind the loss curves, and
-# the peak every efficiency divides by. Tables, figures, analyses and logs are rebuilt.
-PUBLISHED_FILES = ("peak.json", *(f"*/{g}" for g in RECORD_GLOBS.values()), "llm_*/*/*.steps.jsonl")
+RECORD_GLOBS = {"bert": "*/*/b*_l*.json", "llm": "*/*.json", "pretrain": "*/seed*.json",
+                "serving": "*/run*.json"}
+# What a published machine folder keeps: records, the step logs behind the loss curves, the
+# summaries of LoadGen's runs, and the peak every efficiency divides by. Tables, figures,
+# analyses and logs are rebuilt.
+PUBLISHED_FILES = ("peak.json", *(f"*/{g}" for g in RECORD_GLOBS.values()), "llm_*/*/*.steps.jsonl",
+                   "bert_serving/*/run*.loadgen/**/mlperf_log_summary.txt")
 
 
 @dataclass(frozen=True)

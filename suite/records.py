@@ -30,6 +30,8 @@ SCHEMA_VERSION = 2
 READS = (1, 2)
 # JSON files the workflow writes beside the records under results/<machine>/ that are not records
 NOT_RECORDS = ("peak.json", "analysis.json")
+# Folders beside a record that hold its run's artifacts (LoadGen's logs, PMA's checkpoints)
+ARTIFACTS = (".loadgen", ".checkpoints")
 
 
 class Unavailable(RuntimeError):
@@ -233,6 +235,16 @@ def atomic_write_json(obj: Any, path: str | os.PathLike) -> Path:
             raise OSError(e.errno, f"{e.strerror} while writing {path}") from e
         raise
     return path
+
+
+def record_files(folder: str | os.PathLike) -> list[Path]:
+    """Every record under ``folder``, sorted: its JSON files less ``NOT_RECORDS``, hidden
+    files, logs and the runs' artifact folders (``ARTIFACTS``)."""
+    root = Path(folder)
+    return [p for p in sorted(root.rglob("*.json"))
+            if p.name not in NOT_RECORDS and not p.name.startswith(".")
+            and not any(part == "logs" or part.endswith(ARTIFACTS)
+                        for part in p.relative_to(root).parts[:-1])]
 
 
 def read_record(path: str | os.PathLike) -> Record:

@@ -52,6 +52,35 @@ def test_same_slower_faster_and_noisy(tmp_path):
     assert t.ci_low["a"] < 1 < t.ci_high["a"]
 
 
+def test_a_tail_that_regressed_under_a_steady_median_is_found_at_its_percentile(tmp_path,
+                                                                                 capsys):
+    """The same median, but one sample in ten now takes three times as long: the median sees no
+    change (only the spread, "noisy"), p99 calls it slower (and the table says which
+    statistic it compared)."""
+    steady = _samples(0.010, 0.01, n=100, seed=1)
+    tail = [x * 3 if i % 10 == 0 else x for i, x in enumerate(_samples(0.010, 0.01, n=100,
+                                                                         seed=2))]
+    base = _folder(tmp_path, "base", [_record("a", 64, steady)])
+    new = _folder(tmp_path, "new", [_record("a", 64, tail)])
+    assert compare(base, new).verdict[0] == "noisy"
+    p99 = compare(base, new, percentile=99)
+    assert p99.verdict[0] == "slower" and p99.ratio[0] == pytest.approx(
+        np.percentile(tail, 99) / np.percentile(steady, 99))
+    assert main(["compare", str(base), str(new), "--percentile", "99"]) == 1
+    assert "| base p99 ms | new p99 ms |" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="percentile=100 must be in"):
+        compare(base, new, percentile=100)
+
+
+def test_loadgen_logs_and_checkpoints_beside_records_are_not_records(tmp_path):
+    base = _folder(tmp_path, "base", [_record("a", 64, _samples(0.01, 0.01))])
+    for artifact in ("a/run0.loadgen/Offline/mlperf_log_accuracy.json",
+                     "a/gpt.checkpoints/step10.json"):
+        (base / artifact).parent.mkdir(parents=True)
+        (base / artifact).write_text("[]")
+    assert compare(base, base).verdict[0] == "same"
+
+
 def test_cli_exit_codes_and_markdown(tmp_path, capsys):
     base = _folder(tmp_path, "base", [_record("a", 64, _samples(0.01, 0.01, seed=1))])
     same = _folder(tmp_path, "same", [_record("a", 64, _samples(0.01, 0.01, seed=2))])

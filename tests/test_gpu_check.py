@@ -12,7 +12,7 @@ import pytest
 
 from reference_impl.kernels.triton_attention import Tuning, load_tuning
 from suite.gpu.steps import STEPS, _choose
-from suite.records import Status, read_record
+from suite.records import Status, read_record, record_files
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -47,14 +47,14 @@ def test_the_rehearsal_runs_every_step_and_leaves_records_the_report_reads(tmp_p
     with tarfile.open(out / "results.tar.gz") as tar:
         tar.extractall(tmp_path / "results", filter="data")
     (machine,) = (tmp_path / "results").iterdir()  # this machine's name, as the workflow's
-    records = sorted(p for p in machine.rglob("*.json") if p.name != "peak.json")
+    records = record_files(machine)
     by_experiment = {}
     for path in records:
         rec = read_record(path)
         assert rec.status is Status.OK, (path, rec.reason)
         by_experiment.setdefault(rec.experiment, []).append(rec)
     assert {e: len(r) for e, r in by_experiment.items()} == {
-        "bert_mha": 6, "bert_varlen": 3, "bert_ablation": 2, "llm_mfu": 1}
+        "bert_mha": 6, "bert_varlen": 3, "bert_ablation": 2, "llm_mfu": 1, "bert_serving": 2}
     # on CPU the varlen MHA runs torch's kernel and says so (on a GPU: Triton, with the tuning
     # the pack chose, recorded as triton_tuning)
     varlen = [r for r in by_experiment["bert_mha"] if r.system == "varlen"]

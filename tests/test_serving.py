@@ -125,6 +125,14 @@ def test_offline_runs_every_sample_in_full_batches(tmp_path):
     assert 2000 < result.qps() <= 8000 * 1.05
 
 
+def test_single_stream_issues_one_query_at_a_time_and_reports_its_p90(tmp_path):
+    settings = loadgen.RunSettings("SingleStream", target_qps=1000, min_duration_s=0.3,
+                                   min_queries=100)
+    result = loadgen.run(settings, [8] * 64, sleeper, BatchPolicy(8, 0.0), tmp_path)
+    assert result.summary["Scenario"] == "SingleStream" and set(result.batches) == {1}
+    assert SERVICE_S <= result.latency_s(90) < 0.02 and result.qps() <= 1 / SERVICE_S
+
+
 def test_server_is_valid_below_capacity_and_invalid_above(tmp_path):
     """Batch 1, 1 ms per sample: capacity 1000 QPS. At 400 QPS the p99 stays under 20 ms; at
     1500 QPS the queue grows without bound and LoadGen says INVALID, naming the constraint."""
@@ -161,10 +169,15 @@ def test_the_search_logic_on_a_threshold():
     found = max_valid_qps(trial, 100, rel_tol=0.05, max_trials=12)
     assert seen[:3] == [100, 200, 400]  # doubles until invalid, then bisects
     assert 300 / 1.05 <= found.best_qps <= 300 and found.bracket[1] > 300
+    seen.clear()
+    finer = max_valid_qps(trial, 250, rel_tol=0.05, max_trials=12, step=1.25)
+    assert seen[:2] == [250, 312.5] and 300 / 1.05 <= finer.best_qps <= 300
     never = max_valid_qps(lambda q: Trial(q, False), 100, max_trials=4)
     assert never.best_qps is None and len(never.trials) == 4
     with pytest.raises(ValueError, match="first_qps=0"):
         max_valid_qps(trial, 0)
+    with pytest.raises(ValueError, match="step=1 > 1"):
+        max_valid_qps(trial, 100, step=1)
 
 
 def test_a_system_that_never_completes_ends_at_the_timeout_naming_what_is_outstanding(
@@ -199,7 +212,8 @@ def _tiny_systems(names, max_batch=4, window_s=0.002, buckets=(8, 16)):
     from suite.config import BertDims
     from suite.experiments.bert_varlen import reference_output
     from suite.models import canonical_bert
-    from suite.serving.systems import RequestLibrary, ServingSystem, parse_system, policy_for
+    from suite.serving.config import parse_system
+    from suite.serving.systems import RequestLibrary, ServingSystem, policy_for
 
     from conftest import TINY_MODEL
 
@@ -220,15 +234,17 @@ def _tiny_systems(names, max_batch=4, window_s=0.002, buckets=(8, 16)):
 NAMES = ["padded-torch-eager", "bucketed-torch-eager", "packed-reference"]
 
 
-def test_every_system_passes_the_gate_on_mixed_lengths_and_a_wrong_one_does_not():
+def test_every_system_passes_the_gate_on_mixed_lengths_and_a_wrong_one_does_not(tmp_path):
     systems, sample, oracle = _tiny_systems(NAMES)
     for name, system in systems.items():
-        check = system.check(sample, oracle, "fp32")
+        check = system.check(sample, oracle, "fp32", tmp_path / name)
         assert check["passed"], (name, check)
+        # LoadGen's accuracy mode issued each sample once
+        assert (tmp_path / name / "mlperf_log_accuracy.json").exists()
     wrong = systems["padded-torch-eager"]
     real = wrong.baseline.run
     wrong.baseline.run = lambda batch: real(batch) * 1.01  # a system that is slightly off
-    assert not wrong.check(sample, oracle, "fp32")["passed"]
+    assert not wrong.check(sample, oracle, "fp32", tmp_path / "wrong")["passed"]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -267,3 +283,161 @@ def test_a_server_point_records_its_search_and_an_offline_point_its_throughput(t
                       tmp_path / "offline")
     assert offline["samples_per_s"] > 0 and offline["result"]["scenario"] == "Offline"
     assert offline["policy"]["max_batch"] == 4
+
+
+# ---- the bert_serving experiment: config, plan, runner, table step, figure ------------------
+
+def tiny_section(**over):
+    from conftest import TINY_MODEL
+
+    return {"enabled": True, "systems": ["padded-torch-eager", "packed-reference"],
+            "model": TINY_MODEL, "max_len": 16, "library_size": 48, "repeats": 2,
+            "buckets": [8, 16], "device": "cpu", "threads": 1, "gate_requests": 8,
+            "batching": {"Server": {"max_batch": 4, "window_ms": 2},
+                         "Offline": {"max_batch": 8, "window_ms": 2}},
+            "min_duration_s": 0.3, "latency_bound_ms": 100,
+            "search": {"max_trials": 3, "rel_tol": 0.5}, **over}
+
+
+@pytest.mark.parametrize("over, message", [
+    ({"systems": ["padded-reference"]}, r"bert_serving.systems: serving system "
+                                        r"'padded-reference': the padding-free reference is "
+                                        r"served packed"),
+    ({"systems": ["fancy-torch-eager"]}, r"bert_serving.systems.*fancy-torch-eager"),
+    ({"buckets": [8, 12]}, r"bert_serving.buckets: \[8, 12\] must increase and end at or "
+                           r"above max_len=16"),
+    ({"scenarios": ["Server"]}, r"Server needs Offline too"),
+    ({"repeats": 0}, r"bert_serving.repeats: 0 is not allowed"),
+])
+def test_a_bad_serving_section_is_named(over, message):
+    from suite.config import ConfigError
+    from suite.serving.config import ServingConfig
+
+    with pytest.raises(ConfigError, match=message):
+        ServingConfig.from_dict(tiny_section(**over))
+
+
+def test_a_bad_length_histogram_stops_the_section_naming_the_file_and_row(tmp_path):
+    from suite.config import ConfigError
+    from suite.serving.config import ServingConfig
+
+    hist = tmp_path / "lengths.csv"
+    hist.write_text("length,count\n8,3\n40,1\n")
+    with pytest.raises(ConfigError, match=rf"bert_serving.lengths: {hist}, row 3: length 40 "
+                                          r"outside \[1, 16\]"):
+        ServingConfig.from_dict(tiny_section(lengths=str(hist)))
+    hist.write_text("length,count\n8,3\n16,1\n")
+    cfg = ServingConfig.from_dict(tiny_section(lengths=str(hist)))
+    assert set(request_lengths(cfg.library_size, cfg.max_len, cfg.lengths)) == {8, 16}
+
+
+def test_the_plan_is_one_job_per_system_and_repeat_and_none_unless_enabled():
+    from suite.experiments import serving_plan
+
+    _, jobs = serving_plan.jobs({"bert_serving": tiny_section()})
+    assert [j.path("results/m") for j in jobs] == [
+        "results/m/bert_serving/padded-torch-eager/run0.json",
+        "results/m/bert_serving/packed-reference/run0.json",
+        "results/m/bert_serving/padded-torch-eager/run1.json",
+        "results/m/bert_serving/packed-reference/run1.json"]
+    assert serving_plan.jobs({})[1] == []  # off by default: minutes of LoadGen runs
+
+
+def _serve(tmp_path, system, repeat=0, **over):
+    from suite.experiments.bert_serving import measure_point
+
+    out = tmp_path / system / f"run{repeat}.json"
+    return measure_point(tiny_section(**over), system, repeat, out), out
+
+
+def test_a_served_system_records_offline_and_server_with_loadgen_logs_beside_it(tmp_path):
+    from suite.experiments.bert_serving import logs_of
+
+    rec, out = _serve(tmp_path, "packed-reference", repeat=1)
+    assert rec.status.value == "ok", (rec.reason, rec.derived.get("traceback"))
+    assert rec.correctness["passed"] and rec.point["repeat"] == 1
+    offline, server = (rec.derived["scenarios"][s] for s in ("Offline", "Server"))
+    assert offline["samples_per_s"] > 0 and offline["loadgen_version"] == "6.0.17"
+    assert server["plan"]["seed"] == 1  # LoadGen's seeds: seed + repeat
+    assert server["valid"] and 0 < server["p99_s"] < 0.1
+    assert server["first_qps"] == offline["samples_per_s"]  # the search starts from Offline
+    assert server["max_valid_qps"] == max(t["qps"] for t in server["search"]["trials"]
+                                          if t["valid"])
+    assert {"p50_s", "p90_s", "p99_s"} <= set(server["result"])
+    logs = logs_of(out)
+    assert (logs / "Offline" / "mlperf_log_summary.txt").exists()
+    assert len(list(logs.glob("Server/qps-*/mlperf_log_detail.txt"))) == len(
+        server["search"]["trials"])
+    assert rec.timing["timer"] == "MLPerf LoadGen 6.0.17"
+
+
+def test_a_wrong_system_is_incorrect_and_not_served(tmp_path, monkeypatch):
+    from suite.baselines.registry import baselines
+
+    real = baselines.create
+
+    def off_by_a_bit(name):
+        b = real(name)
+        run = b.run
+        b.run = lambda batch: run(batch) * 1.01
+        return b
+
+    monkeypatch.setattr(baselines, "create", off_by_a_bit)
+    rec, out = _serve(tmp_path, "padded-torch-eager")
+    assert rec.status.value == "incorrect" and not rec.derived.get("scenarios")
+    assert "max_rel_err" in rec.correctness
+    # the gate's accuracy-mode run only: no performance run
+    assert {p.parent.name for p in tmp_path.rglob("mlperf_log_summary.txt")} == {"accuracy"}
+
+
+def test_a_system_that_hangs_fails_naming_the_scenario_and_the_queries_outstanding(
+        tmp_path, monkeypatch):
+    """The point's own LoadGen timeout (a quarter of the job's) ends it before the job's."""
+    import threading
+
+    from suite.serving.systems import ServingSystem
+
+    stuck = threading.Event()
+    real = ServingSystem.run_batch
+    calls = []
+
+    def hang_when_served(self, indices):
+        calls.append(indices)
+        if len(calls) > 5:  # the gate (1 batch) and the throughput guess (4) pass; then hang
+            stuck.wait()
+        return real(self, indices)
+
+    monkeypatch.setattr(ServingSystem, "run_batch", hang_when_served)
+    rec, _ = _serve(tmp_path, "packed-reference", timeout_s=4, scenarios=["Offline"])
+    stuck.set()
+    assert rec.status.value == "failed"
+    assert re.search(r"ServingTimeout: Offline: LoadGen still waited after 1 s; \d+ queries "
+                     r"outstanding", rec.reason), rec.reason
+
+
+def test_the_table_step_pairs_repeats_into_claims_and_draws_the_knee(tmp_path):
+    """Four real runs (two systems x two repeats) -> table, curves, claims and the figure."""
+    from suite.analysis.figure_io import FigureData
+    from suite.analysis.serving_analysis import table_step
+    from suite.analysis.serving_plots import serving_figure
+    from suite.records import write_record
+
+    paths = []
+    for repeat in (0, 1):
+        for system in ("padded-torch-eager", "packed-reference"):
+            rec, out = _serve(tmp_path, system, repeat)
+            write_record(rec, out)
+            paths.append(out)
+    table, curves, claims = table_step(paths, {})
+    assert len(table) == 8 and set(table.scenario) == {"Offline", "Server"}
+    assert (table.status == "ok").all() and table.p99_ms.notna().all()
+    server = table[table.scenario == "Server"].set_index(["system", "repeat"]).max_valid_qps
+    assert len(curves) == table[table.scenario == "Server"].trials.sum()
+    assert list(claims.n) == [2, 2] and claims.claim[0] == (
+        "padding-free packing's highest VALID Server QPS over padded-torch-eager's, at the same "
+        "p99 bound")
+    ratios = [server["packed-reference", k] / server["padded-torch-eager", k] for k in (0, 1)]
+    assert claims.measured[0] == pytest.approx(sum(ratios) / 2)
+    assert claims.verdict[0] in ("reproduced", "not reproduced", "inconclusive")
+    png, svg = serving_figure(FigureData(table, {}, curves), tmp_path / "fig")
+    assert png.stat().st_size > 10_000 and "p99 bound 100 ms" in svg.read_text()

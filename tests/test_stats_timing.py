@@ -16,6 +16,8 @@ def test_summary_of_known_samples():
     assert s["cv"] == pytest.approx(1.5811388 / 3, rel=1e-6)
     assert s["min"] <= s["ci_low"] <= s["median"] <= s["ci_high"] <= s["max"]
     assert s["ci_low"] < s["ci_high"]
+    # the tail percentiles, interpolated between samples as numpy does
+    assert (s["p50"], s["p90"], s["p99"]) == pytest.approx((3.0, 4.6, 4.96))
 
 
 def test_ci_narrows_with_more_samples():

@@ -73,6 +73,15 @@ def tiny_config(baselines, studies=True):
                                                         if b in baselines]},
             "variants": {**one_point, "models": ["albert", "distilbert", "deberta"]},
         },
+        "bert_serving": {
+            "enabled": studies, "systems": ["padded-torch-eager", "packed-reference"],
+            "model": {"layers": 2, "hidden": 32, "heads": 4, "intermediate": 64,
+                      "vocab_size": 100},
+            "max_len": 16, "library_size": 48, "repeats": 2, "buckets": [8, 16],
+            "device": "cpu", "threads": 1, "gate_requests": 8, "min_duration_s": 0.3,
+            "batching": {"Server": {"max_batch": 4, "window_ms": 2}},
+            "search": {"max_trials": 3, "rel_tol": 0.5},
+        },
         "llm": {
             "enabled": studies, "nprocs": 2,
             "train": {"seq_len": 16, "global_batch": 4, "steps": 4, "warmup_steps": 1,
@@ -347,6 +356,25 @@ def test_vwn_and_merging_runs_tables_curves_and_claims(full_run):
 
 
 @full_run_test
+def test_serving_runs_under_loadgen_into_a_table_claims_and_a_report_section(full_run):
+    results, html = full_run.results, full_run.html()
+    runs = {p.relative_to(results).as_posix(): read_record(p)
+            for p in results.glob("bert_serving/*/run*.json")}
+    assert sorted(runs) == sorted(f"bert_serving/{s}/run{k}.json" for k in (0, 1)
+                                  for s in ("padded-torch-eager", "packed-reference"))
+    assert all(r.status.value == "ok" and r.env["process_start"] == "warm fork"
+               for r in runs.values()), {k: r.reason for k, r in runs.items()}
+    assert all((results / p.replace(".json", ".loadgen") / "Server").is_dir() for p in runs)
+    table = pd.read_csv(results / "bert_serving" / "table.csv")
+    assert len(table) == 8 and table.p99_ms.notna().all()
+    claims = pd.read_csv(results / "bert_serving" / "claims.csv")
+    assert list(claims.n) == [2, 2] and claims.verdict.notna().all()
+    assert (results / "figures" / "bert_serving.png").stat().st_size > 10_000
+    assert '<h2 id="bert_serving">' in html and "max VALID QPS" in html
+    assert f'id="bert_serving-on-results-{MACHINE}-claims"' in html
+
+
+@full_run_test
 def test_a_second_run_with_nothing_changed_does_no_work(full_run):
     results = full_run.results
     mtimes = {p: p.stat().st_mtime_ns for p in results.rglob("*.json")}
@@ -370,7 +398,7 @@ def test_a_new_suite_version_rebuilds_what_is_derived_and_measures_nothing(full_
     run_workflow(full_run.workdir, full_run.config, executor="dryrun")
     log = capsys.readouterr().err
     planned = job_stats(log)
-    tables = {"bert_table", "llm_table", "llm_scale", "pretrain_table"}
+    tables = {"bert_table", "llm_table", "llm_scale", "table_step"}
     assert set(planned) == tables | {"figure", "analyze", "report_html", "all"}, planned
     assert sum(planned[r] for r in tables) == len(list(results.glob("*/table.csv")))
     assert planned["figure"] == len(list(results.glob("figures/*.svg")))

@@ -1,7 +1,9 @@
 """Two results folders (two machines, or two commits on one machine) compared point by point.
 
 A point is (experiment, system, workload point). For every point timed on both sides: the ratio
-of medians new / base with a bootstrap CI (resampling each side's samples), and a verdict:
+of medians new / base with a bootstrap CI (resampling each side's samples), and a verdict (with
+``percentile=90`` or ``99``: the ratio of that percentile of each side's samples instead, for
+a tail that regresses while the median holds):
 
 - ``slower`` / ``faster``: the CI lies wholly beyond 1 -/+ ``threshold``;
 - ``noisy``: either side's coefficient of variation exceeds ``noisy_cv``, or either record was
@@ -28,11 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from suite.measure.load import NOISY_CV, noise_columns
-from suite.records import (NOT_RECORDS, Record, Status, config_diff, measurement_config,
-                           read_record)
+from suite.records import (Record, Status, config_diff, measurement_config, read_record,
+                           record_files)
 from suite.measure.stats import ratio_of_medians_ci
 
 THRESHOLD = 0.05
@@ -56,9 +59,7 @@ def load_records(folder: str | Path) -> dict[tuple[str, str, str], Loaded]:
     if not folder.is_dir():
         raise CompareError(f"{folder} is not a folder of results")
     out: dict[tuple[str, str, str], Loaded] = {}
-    for path in sorted(folder.rglob("*.json")):
-        if path.name in NOT_RECORDS or path.name.startswith("."):
-            continue
+    for path in record_files(folder):
         try:
             record = read_record(path)  # names the file when it is not a record
         except ValueError as e:
@@ -70,10 +71,12 @@ def load_records(folder: str | Path) -> dict[tuple[str, str, str], Loaded]:
 
 
 def compare(base: str | Path, new: str | Path, *, threshold: float = THRESHOLD,
-            noisy_cv: float = NOISY_CV) -> pd.DataFrame:
+            noisy_cv: float = NOISY_CV, percentile: float = 50.0) -> pd.DataFrame:
     """One row per point timed on both sides (see the module docstring)."""
     if not threshold >= 0:
         raise ValueError(f"threshold={threshold!r} must be >= 0 (a fraction: 0.05 is 5%)")
+    if not 0 < percentile < 100:
+        raise ValueError(f"percentile={percentile!r} must be in (0, 100), e.g. 50, 90 or 99")
     a, b = load_records(base), load_records(new)
     common = sorted(set(a) & set(b))
     if not common:
@@ -97,14 +100,16 @@ def compare(base: str | Path, new: str | Path, *, threshold: float = THRESHOLD,
     if apart == set(common):
         raise CompareError(f"the same points were measured under different settings: {detail};"
                            f" compare runs that measure a point alike")
-    table = pd.DataFrame([_row(k, a[k], b[k], threshold, noisy_cv) for k in common
-                          if k not in apart])
+    table = pd.DataFrame([_row(k, a[k], b[k], threshold, noisy_cv, percentile)
+                          for k in common if k not in apart])
+    table.attrs["percentile"] = percentile
     table.attrs["apart"] = f"{len(apart)} shared point(s) measured under different settings, " \
                            f"not compared: {detail}" if apart else ""
     return table
 
 
-def _row(key, base: Loaded, new: Loaded, threshold: float, noisy_cv: float) -> dict[str, Any]:
+def _row(key, base: Loaded, new: Loaded, threshold: float, noisy_cv: float,
+         percentile: float) -> dict[str, Any]:
     experiment, system, point = key
     row: dict[str, Any] = {"experiment": experiment, "system": system,
                            "point": _point_text(json.loads(point)),
@@ -114,7 +119,8 @@ def _row(key, base: Loaded, new: Loaded, threshold: float, noisy_cv: float) -> d
     if sa is None or sb is None:
         row["verdict"] = "not timed on both sides"
         return row
-    ratio, low, high = ratio_of_medians_ci(sb, sa)  # new / base: > 1 is slower
+    # new / base: > 1 is slower
+    ratio, low, high = ratio_of_medians_ci(sb, sa, percentile=percentile)
     cv = max(base.record.timing["stats"].get("cv") or 0.0,
              new.record.timing["stats"].get("cv") or 0.0)
     if low > 1 + threshold:
@@ -125,7 +131,8 @@ def _row(key, base: Loaded, new: Loaded, threshold: float, noisy_cv: float) -> d
         verdict = "noisy"
     else:
         verdict = "same"
-    row.update(base_ms=1e3 * pd.Series(sa).median(), new_ms=1e3 * pd.Series(sb).median(),
+    row.update(base_ms=1e3 * float(np.percentile(sa, percentile)),
+               new_ms=1e3 * float(np.percentile(sb, percentile)),
                ratio=ratio, ci_low=low, ci_high=high, max_cv=cv, verdict=verdict)
     return row
 
@@ -147,12 +154,15 @@ def markdown(table: pd.DataFrame, base: str, new: str, threshold: float) -> str:
     t = table.assign(_o=table.verdict.map(order).fillna(4)).sort_values(
         ["_o", "experiment", "system", "point"])
     counts = table.verdict.value_counts().to_dict()
+    q = table.attrs.get("percentile", 50.0)
+    stat = "median" if q == 50 else f"p{q:g}"
     lines = [f"**{new}** against **{base}**: " + ", ".join(f"{n} {v}" for v, n in
                                                            sorted(counts.items())) +
-             f" (threshold {100 * threshold:g}%, ratio = new / base median time; the CIs "
+             f" (threshold {100 * threshold:g}%, ratio = new / base {stat} time; the CIs "
              "resample each run's own samples, so noise between runs of a shared machine is "
              "not in them: compare a machine with itself to see its size)", "",
-             "| experiment | system | point | base ms | new ms | ratio [95% CI] | verdict |",
+             f"| experiment | system | point | base {stat} ms | new {stat} ms | ratio [95% CI] "
+             "| verdict |",
              "| --- | --- | --- | ---: | ---: | --- | --- |"]
     for r in t.itertuples():
         if pd.isna(getattr(r, "ratio", float("nan"))):

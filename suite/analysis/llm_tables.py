@@ -37,6 +37,8 @@ def llm_row(path: Path) -> dict:
         "ci_low_ms": stats["ci_low"] * 1e3 if "ci_low" in stats else None,
         "ci_high_ms": stats["ci_high"] * 1e3 if "ci_high" in stats else None,
         "iqr_ms": stats["iqr"] * 1e3 if "iqr" in stats else None,
+        "p90_step_ms": stats["p90"] * 1e3 if "p90" in stats else None,
+        "p99_step_ms": stats["p99"] * 1e3 if "p99" in stats else None,
         "cv": stats.get("cv"), "n_samples": stats.get("n"),
         **noise_columns(rec.timing),
         "tokens_per_s": d.get(ti.TOKENS_PER_S), "flops_per_token": d.get(ti.FLOPS_PER_TOKEN),

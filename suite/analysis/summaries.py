@@ -91,3 +91,21 @@ def pma_merging(inputs: AnalysisInputs) -> str:
             f"N = {int(best.n)} every {int(best.interval_steps)} steps, by {best.gain:+.4f} "
             f"nats (chosen after the fact: the claims table uses the setting fixed before the "
             f"run).")
+
+
+def bert_serving(inputs: AnalysisInputs) -> str:
+    table = inputs.table
+    ok = table[(table.status == "ok") & (table.scenario == "Server")]
+    if ok.empty:
+        return ""
+    by = ok.groupby("system").agg(qps=("max_valid_qps", "mean"), p99=("p99_ms", "mean"),
+                                  runs=("repeat", "count")).sort_values("qps", ascending=False)
+    bound = ok.latency_bound_ms.dropna()
+    parts = [f"{system} {r.qps:.1f} queries/s (p99 {r.p99:.0f} ms)" for system, r in
+             by.iterrows() if r.qps == r.qps]
+    if not parts:
+        return (f"No offered load was VALID at the p99 bound of {bound.iloc[0]:g} ms for any "
+                "system (LoadGen's reasons are in the table).")
+    return (f"Highest offered load LoadGen found VALID at the p99 bound of "
+            f"{bound.iloc[0]:g} ms, mean of {int(by.runs.max())} run(s) per system: "
+            + ", ".join(parts) + ".")

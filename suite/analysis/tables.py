@@ -22,8 +22,8 @@ POINT_KEYS = ["experiment", "machine", "config_hash", "subject", "batch_size", "
 
 def record_row(rec: Record, path: Path | None = None) -> dict:
     stats = rec.timing.get("stats", {})
-    ms = {f"{k}_ms": stats[k] * 1e3 for k in ("median", "q1", "q3", "iqr", "ci_low", "ci_high")
-          if k in stats}
+    ms = {f"{k}_ms": stats[k] * 1e3 for k in ("median", "q1", "q3", "iqr", "ci_low", "ci_high",
+                                              "p90", "p99") if k in stats}
     d, c, w = rec.derived, rec.correctness, rec.workload
     return {
         "experiment": rec.experiment, "system": rec.system, **rec.point,

@@ -21,6 +21,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     cmp.add_argument("--noisy-cv", type=float, default=NOISY_CV,
                      help="a point whose samples vary more than this CV is 'noisy' "
                           f"({NOISY_CV}; so is one timed beside busy processes)")
+    cmp.add_argument("--percentile", type=float, default=50.0,
+                     help="compare this percentile of each point's samples: 50 (the median), "
+                          "90 or 99 for the tail")
     cmp.add_argument("--out", type=Path, help="also write the Markdown table here")
 
 
@@ -28,7 +31,8 @@ def run(args: argparse.Namespace) -> int:
     from suite.analysis.compare import compare, markdown
 
     base, new = results_folder(args.base), results_folder(args.new)
-    table = compare(base, new, threshold=args.threshold, noisy_cv=args.noisy_cv)
+    table = compare(base, new, threshold=args.threshold, noisy_cv=args.noisy_cv,
+                    percentile=args.percentile)
     text = markdown(table, str(base), str(new), args.threshold)
     print(text)
     if args.out:

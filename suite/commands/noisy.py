@@ -19,7 +19,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from suite.measure.load import noise_columns
-    from suite.records import NOT_RECORDS, read_record
+    from suite.records import read_record, record_files
 
     if not args.folders and not args.config:
         raise ValueError("give results folders or --config")
@@ -35,9 +35,7 @@ def run(args: argparse.Namespace) -> int:
     for folder in folders:
         if not folder.is_dir():
             raise ValueError(f"{folder} is not a folder of results")
-        for path in sorted(folder.rglob("*.json")):
-            if path.name in NOT_RECORDS or path.name.startswith(".") or "logs" in path.parts:
-                continue
+        for path in record_files(folder):
             if noise_columns(read_record(path).timing)["noisy"]:
                 print(path)
     return 0

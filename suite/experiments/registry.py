@@ -17,7 +17,10 @@ from importlib import import_module
 from typing import Any, Callable
 
 # Families share a runner command, a planner and a table builder (workflows/rules/<family>.smk).
-FAMILIES = ("bert", "llm", "scale", "pretrain")
+FAMILIES = ("bert", "llm", "scale", "pretrain", "serving")
+# Families whose experiments each build their table, curves and measured claims themselves
+# (``ExperimentSpec.table``; ``seedbench table-step``).
+OWN_TABLE_STEP = ("pretrain", "serving")
 # How a section's claims are laid out in the report: the ByteTransformer framework claims
 # (suite.analysis.claims) or measured verdicts with intervals (suite.analysis.verdicts).
 CLAIM_LAYOUTS = ("frameworks", "verdicts")
@@ -34,10 +37,12 @@ class ExperimentSpec:
 
     - ``runner``: one point -> a record, called by the family's run command. bert:
       ``(cfg, experiment, subject, system, batch_size, max_seq_len, peak)``; pretrain:
-      ``(section, seed, series=, checkpoints=)``. llm runs are processes under a launcher
+      ``(section, seed, series=, checkpoints=)``; serving: ``(section, system, repeat, out)``.
+      llm runs are processes under a launcher
       (``suite.launch.jobs``), so the llm family names none.
-    - ``table``: pretrain only, ``(records, paper) -> (table, curves, claims)``; the other
-      families share one table builder each (``seedbench table`` / ``llm-table``).
+    - ``table``: the ``OWN_TABLE_STEP`` families, ``(records, paper) -> (table, curves,
+      claims)``; the other families share one table builder each (``seedbench table`` /
+      ``llm-table``).
     - ``figure(FigureData, out)`` writes the PNG and SVG.
     - ``summary(AnalysisInputs) -> str``: the sentence above the section's table.
     - ``claims(AnalysisInputs) -> DataFrame``: the paper's claims, measured.
@@ -75,9 +80,9 @@ class ExperimentSpec:
             raise ValueError(f"{self.name}: the {self.family} family "
                              + ("launches its runs (no runner)" if self.family in ("llm", "scale")
                                 else "needs a runner"))
-        if (self.table is not None) != (self.family == "pretrain"):
-            raise ValueError(f"{self.name}: a table builder is for the pretrain family only, "
-                             "and it needs one")
+        if (self.table is not None) != (self.family in OWN_TABLE_STEP):
+            raise ValueError(f"{self.name}: a table builder is for the {OWN_TABLE_STEP} "
+                             "families only, and they need one")
         if self.claims_layout not in CLAIM_LAYOUTS:
             raise ValueError(f"{self.name}: claims_layout={self.claims_layout!r} is not one of "
                              f"{CLAIM_LAYOUTS}")
@@ -165,6 +170,24 @@ _SPECS = [
         runner="suite.experiments.bert_kernels:measure_point",
         note="The two element-wise epilogues ByteTransformer fuses, on the packed "
              "tokens. LayerNorm is memory-bound: its figure is GB/s of least traffic."),
+    ExperimentSpec(
+        "bert_serving",
+        "serving BERT under MLPerf LoadGen: padded, length-bucketed and padding-free dynamic "
+        "batching at a p99 bound", "serving", figure="suite.analysis.serving_plots:serving_figure",
+        headline="suite.analysis.headlines:first_claim",
+        runner="suite.experiments.bert_serving:measure_point",
+        table="suite.analysis.serving_analysis:table_step", columns="serving", curves=True,
+        claims="suite.analysis.analyze:claims_of_table_step",
+        summary="suite.analysis.summaries:bert_serving",
+        note="Requests of mixed length (the ByteTransformer mix unless a histogram is given) "
+             "issued by MLPerf LoadGen: Offline (all at once, samples/s) and Server (Poisson "
+             "arrivals at an offered load, VALID only while LoadGen's p99 latency stays under "
+             "the bound). Every system batches the same way (a batch leaves full or when its "
+             "oldest request has waited the window): padded to the batch's longest request, "
+             "padded within length buckets, or packed without padding into the reference. "
+             "The Server number is the highest offered load LoadGen found VALID, by bisection "
+             "(every trial is a point of the left plot). Each system is checked against the "
+             "float64 oracle before it is timed."),
     ExperimentSpec(
         "llm_mfu", "GPT training MFU and tokens/s: model sizes x distributed engines (MegaScale)",
         "llm", figure="suite.analysis.llm_plots:mfu_sweep_figure",
@@ -291,6 +314,11 @@ def names(family: str | None = None) -> list[str]:
     if family is not None and family not in FAMILIES:
         raise ValueError(f"family={family!r} is not one of {FAMILIES}")
     return [n for n, s in SPECS.items() if family is None or s.family == family]
+
+
+def table_step_names() -> list[str]:
+    """The experiments that build their table, curves and claims themselves."""
+    return [n for n, s in SPECS.items() if s.family in OWN_TABLE_STEP]
 
 
 def pattern(family: str | None = None) -> str:

@@ -21,6 +21,9 @@ the workflow writes them), each step's outcome and time in ``steps.json``:
              dimension 128, 2k-32k tokens, forward and backward as fractions of peak beside
              the fractions the scale model assumes
   ladder     the ByteTransformer ablation ladder at one point
+  serving    BERT-base served under MLPerf LoadGen in fp16: padded and length-bucketed
+             dynamic batching against padding-free packing, Offline and the highest Server
+             QPS VALID at a p99 bound
 
 A step that would start past the time budget is recorded as skipped. Records go under
 ``<machine>/...`` (the workflow's layout and machine name, e.g. ``1x-nvidia-h200``), packed into
@@ -59,6 +62,7 @@ class Sizes:
     tune_shapes: tuple[int, ...]
     kernel_tests: tuple[str, ...] = ()
     peak_sizes: tuple[int, ...] = (4096, 8192)
+    serving: dict[str, Any] = field(default_factory=dict)  # the bert_serving section's sizes
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -75,6 +79,14 @@ GPU = Sizes(
          "compile": True, "device": "cuda"},
     timing={"warmup": 3, "min_repeats": 10, "min_time_s": 0.3},
     tune_shapes=(128, 256, 512, 1024),
+    # a padded fp16 BERT-base batch of 32 x 128 takes a few ms on a Hopper GPU: a 50 ms p99
+    # bound leaves room to batch; each offered load is >= 500 queries, >= 2 s
+    serving={"systems": ["padded-torch-sdpa", "bucketed-torch-sdpa", "packed-reference"],
+             "library_size": 2048, "latency_bound_ms": 50, "min_duration_s": 2.0,
+             "batching": {"Offline": {"max_batch": 64, "window_ms": 2},
+                          "Server": {"max_batch": 32, "window_ms": 2}},
+             "search": {"max_trials": 5, "rel_tol": 0.15, "start": 0.5, "step": 1.5},
+             "timeout_s": 120},
     extra={"ladder_length": 256},
 )
 REHEARSAL = Sizes(
@@ -89,6 +101,9 @@ REHEARSAL = Sizes(
     tune_shapes=(16,),
     kernel_tests=("-k", "matches_reference and not bf16"),
     peak_sizes=(64,),
+    serving={"systems": ["padded-torch-eager", "packed-reference"], "max_len": 16,
+             "library_size": 32, "buckets": [8, 16], "min_duration_s": 0.2, "threads": 1,
+             "gate_requests": 4, "search": {"max_trials": 2}, "timeout_s": 60},
     extra={"ladder_steps": (0, 5),  # the first and the last step: the same path, less time
            "probe_shapes": 6, "attention_heads": (2, 16), "attention_tokens": 64,
            "attention_lengths": (16, 32), "attention_check_len": 16},

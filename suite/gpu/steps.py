@@ -16,7 +16,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository
 # What the suite needs beyond torch, triton and transformers (each a module it imports)
-NEEDED = ("jsonschema", "yaml", "scipy", "pandas", "matplotlib", "jinja2", "threadpoolctl")
+NEEDED = ("jsonschema", "yaml", "scipy", "pandas", "matplotlib", "jinja2", "threadpoolctl",
+          "mlperf_loadgen")
 
 
 def env(pack) -> dict[str, Any]:
@@ -396,6 +397,33 @@ def gpt(pack) -> dict[str, Any]:
             **({} if rec["status"] == "ok" else {"status": "failed"})}
 
 
+def serving(pack) -> dict[str, Any]:
+    """Each system served for one repeat; per system its record's status, the highest VALID
+    Server QPS with the p99 there, and Offline samples/s."""
+    s = pack.sizes
+    section = {"enabled": True, "model": s.bert_model, "dtype": s.bert_dtype,
+               "device": s.device, "repeats": 1, **s.serving}
+    found = {}
+    for system in section["systems"]:
+        out = pack.results / "bert_serving" / system / "run0.json"
+        done = pack.seedbench("serve", "bert_serving", "--system", system, "--section-json",
+                              json.dumps(section), "--out", str(out),
+                              timeout=section["timeout_s"] + 30)
+        if not out.exists():
+            found[system] = {"status": "failed", "reason": f"no record (exit "
+                                                           f"{done.returncode}): "
+                                                           f"{done.stderr[-500:]}"}
+            continue
+        rec = json.loads(out.read_text())
+        scenarios = (rec.get("derived") or {}).get("scenarios") or {}
+        server, offline = scenarios.get("Server") or {}, scenarios.get("Offline") or {}
+        found[system] = {"status": rec["status"], "reason": rec.get("reason", "")[:300],
+                         "max_valid_qps": server.get("max_valid_qps"),
+                         "p99_ms": (server.get("p99_s") or 0) * 1e3 or None,
+                         "offline_samples_per_s": offline.get("samples_per_s")}
+    return {"systems": found, **_statuses({k: v["status"] for k, v in found.items()})}
+
+
 def _statuses(statuses: dict[str, str]) -> dict[str, Any]:
     bad = {k: v for k, v in statuses.items() if v in ("failed", "incorrect")}
     return {"records": statuses, **({"status": "failed"} if bad else {})}
@@ -403,4 +431,4 @@ def _statuses(statuses: dict[str, str]) -> dict[str, Any]:
 
 STEPS = (("env", env), ("kernels", kernels), ("tune", tune), ("peak", peak), ("mha", mha),
          ("bert", bert), ("gpt", gpt), ("gemm_shapes", gemm_shapes),
-         ("attention_kernels", attention_kernels), ("ladder", ladder))
+         ("attention_kernels", attention_kernels), ("ladder", ladder), ("serving", serving))

@@ -9,13 +9,21 @@ import numpy as np
 from scipy import stats as sps
 
 
+# The tail percentiles every summary carries beside the median (serving's latencies come from
+# LoadGen with the same three).
+PERCENTILES = (50, 90, 99)
+
+
 def summarize(samples: Sequence[float], *, confidence: float = 0.95, n_resamples: int = 2000,
               seed: int = 0) -> dict[str, float | int]:
-    """Median, quartiles, IQR, a percentile-bootstrap CI of the median, mean, std and CV."""
+    """Median, quartiles, IQR, a percentile-bootstrap CI of the median, the tail percentiles
+    p50/p90/p99 (linear interpolation between samples: with a handful of samples p90 and p99
+    lie near the slowest one), mean, std and CV."""
     x = np.asarray(samples, dtype=float)
     if x.size == 0:
         raise ValueError("cannot summarize zero samples")
     q1, median, q3 = np.percentile(x, [25, 50, 75])
+    tail = dict(zip(PERCENTILES, np.percentile(x, PERCENTILES)))
     if x.size > 1 and np.ptp(x) > 0:
         res = sps.bootstrap((x,), np.median, confidence_level=confidence,
                             n_resamples=n_resamples, method="percentile",
@@ -34,6 +42,7 @@ def summarize(samples: Sequence[float], *, confidence: float = 0.95, n_resamples
         "ci_low": ci_low,
         "ci_high": ci_high,
         "confidence": confidence,
+        **{f"p{q}": float(v) for q, v in tail.items()},
         "mean": mean,
         "std": std,
         "cv": std / mean if mean else float("nan"),
@@ -43,19 +52,23 @@ def summarize(samples: Sequence[float], *, confidence: float = 0.95, n_resamples
 
 
 def ratio_of_medians_ci(numerator: Sequence[float], denominator: Sequence[float], *,
-                        confidence: float = 0.95, n_resamples: int = 2000,
-                        seed: int = 0) -> tuple[float, float, float]:
+                        confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0,
+                        percentile: float = 50.0) -> tuple[float, float, float]:
     """median(numerator) / median(denominator) with a percentile-bootstrap CI, resampling the two
-    independent sample sets separately (e.g. a speedup from two baselines' latencies)."""
+    independent sample sets separately (e.g. a speedup from two baselines' latencies).
+    ``percentile``: another percentile of each side instead of the median (50)."""
+    if not 0 <= percentile <= 100:
+        raise ValueError(f"percentile={percentile!r} must be in [0, 100]")
     a, b = np.asarray(numerator, float), np.asarray(denominator, float)
     if a.size == 0 or b.size == 0:
         raise ValueError("both sample sets need at least one sample")
     rng = np.random.default_rng(seed)
-    ra = np.median(rng.choice(a, (n_resamples, a.size)), axis=1)
-    rb = np.median(rng.choice(b, (n_resamples, b.size)), axis=1)
+    ra = np.percentile(rng.choice(a, (n_resamples, a.size)), percentile, axis=1)
+    rb = np.percentile(rng.choice(b, (n_resamples, b.size)), percentile, axis=1)
     tail = (1 - confidence) / 2 * 100
     low, high = np.percentile(ra / rb, [tail, 100 - tail])
-    return float(np.median(a) / np.median(b)), float(low), float(high)
+    point = np.percentile(a, percentile) / np.percentile(b, percentile)
+    return float(point), float(low), float(high)
 
 
 def mean_ci(values: Sequence[float], *, confidence: float = 0.95) -> dict[str, float | int]:

@@ -36,6 +36,7 @@ BERT_COLUMNS: list[Column] = [
     ("batch", _num("batch_size", ".0f")), ("max len", _num("max_seq_len", ".0f")),
     ("tokens", _num("total_tokens", ".0f")), ("median ms", _num("median_ms", ".2f")),
     ("95% CI ms", _range("ci_low_ms", "ci_high_ms", ".2f")), ("IQR ms", _num("iqr_ms", ".2f")),
+    ("p90 ms", _num("p90_ms", ".2f")), ("p99 ms", _num("p99_ms", ".2f")),
     ("CV", _cv), ("n", _num("n_samples", ".0f")),
     ("speedup", _num("speedup_vs_padded", ".2f")),
     ("speedup 95% CI", _range("speedup_ci_low", "speedup_ci_high", ".2f")),
@@ -127,10 +128,22 @@ PMA_COLUMNS: list[Column] = [
     ("seeds", _num("seeds", ".0f")), ("latest loss", _num("latest", ".4f")),
     ("merged loss", _num("merged", ".4f")), ("gain (latest - merged)", _ci("gain", "+.4f")),
 ]
+SERVING_COLUMNS: list[Column] = [
+    ("system", lambda r: str(r["system"])), ("repeat", _num("repeat", ".0f")),
+    ("scenario", lambda r: str(r.get("scenario") or r.get("status"))),
+    ("LoadGen", lambda r: "–" if r.get("valid") is None else
+     ("VALID" if str(r["valid"]).lower() == "true" else
+      f"INVALID ({r.get('loadgen_reasons') or '?'})")),
+    ("samples/s", _num("samples_per_s", ".1f")), ("max VALID QPS", _num("max_valid_qps", ".1f")),
+    ("p50 ms", _num("p50_ms", ".1f")), ("p90 ms", _num("p90_ms", ".1f")),
+    ("p99 ms", _num("p99_ms", ".1f")), ("p99 bound ms", _num("latency_bound_ms", ".0f")),
+    ("mean batch", _num("mean_batch", ".1f")), ("LoadGen runs", _num("trials", ".0f")),
+    ("max abs err", _num("max_abs_err", ".1e")),
+]
 LAYOUTS: dict[str, list[Column]] = {"bert": BERT_COLUMNS, "train": TRAIN_COLUMNS,
                                     "ablation": ABLATION_COLUMNS, "loss": LOSS_COLUMNS,
                                     "scale": SCALE_COLUMNS, "vwn": VWN_COLUMNS,
-                                    "pma": PMA_COLUMNS}
+                                    "pma": PMA_COLUMNS, "serving": SERVING_COLUMNS}
 
 
 def fmt(value: Any, spec: str = ".3g") -> str:

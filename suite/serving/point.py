@@ -1,10 +1,12 @@
 """One serving measurement of one system: the scenario's LoadGen run(s) and what they found.
 
-- Offline: one run; samples/s.
+- Offline: one run, sized at twice a first throughput guess (a few batches of the library) so
+  that it lasts at least LoadGen's minimum duration; samples/s.
 - SingleStream: one run; the 90th percentile latency (LoadGen's metric for it).
-- Server: ``search.max_valid_qps`` from a first guess (half the throughput a few batches of
-  the library show), every trial a LoadGen run with its logs in a folder of its own; the
-  answer is the highest VALID offered load and the p99 latency LoadGen measured there.
+- Server: ``search.max_valid_qps`` from ``start`` x a first guess (the Offline samples/s when
+  given, else the throughput a few batches of the library show), every trial a LoadGen run
+  with its logs in a folder of its own; the answer is the highest VALID offered load and the
+  p99 latency LoadGen measured there.
 
 Every result names LoadGen's version, the settings and VALID/INVALID with LoadGen's reasons.
 """
@@ -29,6 +31,8 @@ class ServingPlan:
     min_queries: int = 500  # LoadGen's early stopping wants ~460 before a p99 can be VALID
     max_trials: int = 6
     rel_tol: float = 0.1
+    start: float = 0.5  # Server: the first offered load, as a fraction of the first guess
+    step: float = 2.0  # Server: the factor between loads until the knee is bracketed
     timeout_s: float = 300.0
     seed: int = 0
 
@@ -55,10 +59,12 @@ def measure(system: ServingSystem, plan: ServingPlan, logs: Path,
     guess = first_qps or throughput_guess(system)
 
     def settings(qps: float) -> loadgen.RunSettings:
+        # Offline is one query of many samples: its length is the duration's, not a count's
         return loadgen.RunSettings(plan.scenario, target_qps=qps,
                                    latency_bound_s=plan.latency_bound_s,
                                    min_duration_s=plan.min_duration_s,
-                                   min_queries=plan.min_queries, seed=plan.seed)
+                                   min_queries=1 if plan.scenario == "Offline"
+                                   else plan.min_queries, seed=plan.seed)
 
     def one(qps: float, folder: Path) -> loadgen.RunResult:
         return loadgen.run(settings(qps), lengths, system.run_batch, system.policy, folder,
@@ -67,7 +73,7 @@ def measure(system: ServingSystem, plan: ServingPlan, logs: Path,
     out: dict[str, Any] = {"loadgen_version": loadgen.loadgen_version(), "plan": asdict(plan),
                            "policy": asdict(system.policy), "first_qps": guess}
     if plan.scenario != "Server":
-        result = one(guess, logs)
+        result = one(guess * 2, logs)
         return {**out, "result": result.as_dict(), "valid": result.valid,
                 "samples_per_s": result.qps(), "p90_s": result.latency_s(90)}
     runs: dict[float, loadgen.RunResult] = {}
@@ -78,7 +84,8 @@ def measure(system: ServingSystem, plan: ServingPlan, logs: Path,
                     if k not in ("scenario", "latency_bound_s", "target_qps", "qps")}
         return Trial(qps, r.valid, {**measured, "scheduled_qps": r.qps()})
 
-    search = max_valid_qps(trial, guess / 2, rel_tol=plan.rel_tol, max_trials=plan.max_trials)
+    search = max_valid_qps(trial, guess * plan.start, rel_tol=plan.rel_tol,
+                           max_trials=plan.max_trials, step=plan.step)
     best = runs.get(search.best_qps)
     return {**out, "search": search.as_dict(), "valid": best is not None,
             "max_valid_qps": search.best_qps,

@@ -13,8 +13,6 @@ from pathlib import Path
 
 import numpy as np
 
-from suite.workloads import varlen_lengths
-
 
 class HistogramError(ValueError):
     """A length histogram that cannot be used; the message names the file and the row."""
@@ -62,4 +60,6 @@ def request_lengths(n: int, max_len: int, mix: str | Path = "bytetransformer",
         p = np.array([counts[n_] for n_ in lengths], dtype=float)
         rng = np.random.default_rng(seed)
         return [int(x) for x in rng.choice(lengths, size=n, p=p / p.sum())]
+    from suite.workloads import varlen_lengths  # torch: not for the config check above
+
     return [max(1, n_) for n_ in varlen_lengths(n, max_len, str(mix), seed=seed)]

@@ -7,37 +7,26 @@
   the batch's valid tokens only (``cu_seqlens`` inside; ByteTransformer's serving case).
 
 Every system runs the same requests through ``run_batch(indices)``: the library's rows,
-trimmed to the batch's longest request. The gate (``check``) runs a sample of requests in
-batches the policy forms and compares each request's hidden states with the float64 oracle of
-that request alone; a system that fails it is not timed.
+trimmed to the batch's longest request. The gate (``check``) has LoadGen issue a sample of
+requests in its accuracy mode, batched by the system's policy as it would serve them, and
+compares each request's hidden states with the float64 oracle of that request alone; a system
+that fails it is not timed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from suite.baselines.base import Baseline
 from suite.measure.correctness import compare
-from suite.serving.batching import BatchPolicy, BatchQueue
+from suite.serving import loadgen
+from suite.serving.batching import BatchPolicy
 from suite.workloads import BertBatch, bert_batch
-
-BATCHING = ("padded", "bucketed", "packed")
-
-
-def parse_system(name: str) -> tuple[str, str]:
-    """``padded-torch-sdpa`` -> ``("padded", "torch-sdpa")``; packed needs the reference."""
-    batching, _, baseline = name.partition("-")
-    if batching not in BATCHING or not baseline:
-        raise ValueError(f"serving system {name!r} is not '<batching>-<baseline>' with batching "
-                         f"one of {BATCHING} (e.g. padded-torch-sdpa, packed-reference)")
-    if (batching == "packed") != (baseline == "reference"):
-        raise ValueError(f"serving system {name!r}: the padding-free reference is served "
-                         "packed (packed-reference), a padded framework padded or bucketed")
-    return batching, baseline
 
 
 def policy_for(batching: str, max_batch: int, window_s: float,
@@ -76,23 +65,25 @@ class ServingSystem:
     def run_batch(self, indices: list[int]) -> Any:
         return self.baseline.run(self.library.batch(indices, self.device))
 
-    def check(self, indices: Sequence[int], oracle: torch.Tensor, dtype: str) -> dict[str, Any]:
-        """The gate: ``indices`` in batches of the policy's size (bucketed: within buckets, as
-        it would serve them), each request's output against ``oracle``: ``[len(indices),
-        longest, hidden]``, float64, the requests padded to the longest of them, as
-        ``suite.experiments.bert_varlen.reference_output`` gives it."""
+    def check(self, indices: Sequence[int], oracle: torch.Tensor, dtype: str, logs: Path,
+              timeout_s: float = 600.0) -> dict[str, Any]:
+        """The gate: LoadGen's accuracy mode (Offline: all at once) issues each of ``indices``
+        once, the policy batches them (bucketed: within buckets), and each request's output
+        is compared with ``oracle``: ``[len(indices), longest, hidden]``, float64, the requests
+        padded to the longest of them, as ``suite.experiments.bert_varlen.reference_output``
+        gives it. LoadGen's logs of the run go to ``logs``."""
         out = torch.zeros_like(oracle)
-        position = {i: k for k, i in enumerate(indices)}
-        queue = BatchQueue(self.policy)  # all arrive at once; closed: every batch is due
-        queue.put([(i, i, self.library.lengths[i]) for i in indices])
-        queue.close()
-        for batch in iter(queue.take, None):
-            group = [r.index for r in batch]
-            got = self.run_batch(group)
+
+        def run_batch(group: list[int]) -> None:  # positions k in ``indices``
+            got = self.run_batch([indices[k] for k in group])
             if not isinstance(got, torch.Tensor):
                 got = torch.as_tensor(got)
-            for row, i in enumerate(group):
-                n = self.library.lengths[i]
-                out[position[i], :n] = got[row, :n].to("cpu", torch.float64)
+            for row, k in enumerate(group):
+                n = self.library.lengths[indices[k]]
+                out[k, :n] = got[row, :n].to("cpu", torch.float64)
+
+        settings = loadgen.RunSettings("Offline", target_qps=len(indices), accuracy=True)
+        loadgen.run(settings, [self.library.lengths[i] for i in indices], run_batch,
+                    self.policy, logs, timeout_s=timeout_s)
         return compare(out, oracle, self.library.batch(indices).attention_mask, dtype)
 

@@ -13,7 +13,7 @@ from suite.baselines.registry import baselines
 from suite.config import EXTERNAL_PREFIX, BertVarlenConfig
 from suite.env import machine_slug
 from suite import machine_results
-from suite.experiments import llm_plan, pretrain_plan
+from suite.experiments import llm_plan, pretrain_plan, serving_plan
 from suite.experiments import registry as experiments
 from suite.experiments.plan import jobs, speedup_baseline
 from suite.workflow.source_digest import digest as source_digest
@@ -115,12 +115,23 @@ def pretrain_threads(wildcards):
     return train.get("threads") or TIMED_THREADS
 
 
+# ---- the serving runs under MLPerf LoadGen (suite.experiments.serving_plan)
+
+try:
+    SERVING, SERVING_PLAN = serving_plan.jobs(config)
+    baselines.check_names(SERVING.baselines() if SERVING_PLAN else [])
+except (suite_config.ConfigError, KeyError) as e:
+    raise WorkflowError(f"{serving_plan.SECTION}: {e.args[0]}")
+SERVING_SECTION = json.dumps(SERVING.to_dict(), sort_keys=True)
+
+
 # ---- the machines of the report: this run's folder (its records are the plan's, run here when
 # missing) and every other machine folder under results/ and results/published/ (their records
 # are what is on disk: suite.machine_results). Derived files go beside each machine's records.
 # What the figure and analysis of each section read is declared by its spec
 # (suite.experiments.registry).
-RUN = {*BERT_JOBS, *LLM_EXPERIMENTS, *PRETRAIN_PLAN}
+RUN = {*BERT_JOBS, *LLM_EXPERIMENTS, *PRETRAIN_PLAN,
+       *(job.experiment for job in SERVING_PLAN)}
 PLANNED = None if REPORT_ONLY else RESULTS
 MACHINES = {m.path: m for m in machine_results.discover()}
 if PLANNED:
@@ -157,6 +168,8 @@ def records_of(root, experiment):
         return sorted(p for p, job in LLM_JOBS.items() if job.experiment == experiment)
     if family == "pretrain":
         return [job.path(RESULTS) for job in PRETRAIN_PLAN[experiment]]
+    if family == "serving":
+        return [job.path(RESULTS) for job in SERVING_PLAN if job.experiment == experiment]
     return []
 
 
@@ -211,7 +224,7 @@ def analysis_inputs(wildcards):
     for other in spec.reads_tables:
         if other in SECTIONS[root]:
             inputs[f"table_of_{other}"] = f"{root}/{other}/table.csv"
-    if spec.family == "pretrain":  # its table step measured the claims
+    if spec.table:  # its table step measured the claims
         inputs["claims"] = f"{root}/{spec.name}/claims.csv"
     return inputs
 

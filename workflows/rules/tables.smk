@@ -51,7 +51,7 @@ rule llm_scale:
         "seedbench scale-table {params.paper} --out {output} 2> {log}"
 
 
-rule pretrain_table:
+rule table_step:
     input:
         unpack(lambda wildcards: paper_inputs(wildcards.experiment)),
         records=records,
@@ -62,11 +62,11 @@ rule pretrain_table:
     log:
         "{root}/logs/{experiment}/table.log",
     wildcard_constraints:
-        experiment=experiments.pattern("pretrain"),
+        experiment="|".join(experiments.table_step_names()),
     params:
         code=SUITE_DIGEST,
         out_dir=lambda wildcards, output: os.path.dirname(output.table),
         paper=lambda wildcards, input: paper_flags(wildcards.experiment, input),
     shell:
-        "seedbench pretrain-table {wildcards.experiment} {input.records}"
+        "seedbench table-step {wildcards.experiment} {input.records}"
         " {params.paper} --out-dir {params.out_dir} 2> {log}"

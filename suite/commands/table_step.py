@@ -1,4 +1,5 @@
-"""``seedbench pretrain-table``: VWN or PMA records -> table.csv, curves.csv and claims.csv."""
+"""``seedbench table-step``: the records of an experiment that builds its own table (VWN, PMA,
+serving) -> table.csv, curves.csv and claims.csv."""
 
 from __future__ import annotations
 
@@ -10,12 +11,13 @@ from suite.experiments import registry as experiments
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    pre_table = sub.add_parser("pretrain-table", help="VWN or PMA records -> table.csv, "
-                                                      "curves.csv and claims.csv")
-    pre_table.add_argument("experiment", choices=experiments.names("pretrain"))
-    pre_table.add_argument("records", nargs="*", type=Path)
-    paper_argument(pre_table)
-    pre_table.add_argument("--out-dir", type=Path, required=True)
+    step = sub.add_parser("table-step", help="records of an experiment with its own table step "
+                                             "(VWN, PMA, serving) -> table.csv, curves.csv and "
+                                             "claims.csv")
+    step.add_argument("experiment", choices=experiments.table_step_names())
+    step.add_argument("records", nargs="*", type=Path)
+    paper_argument(step)
+    step.add_argument("--out-dir", type=Path, required=True)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,0 +1,127 @@
+"""The serving records -> the summary table (one row per system, repeat and scenario), the
+latency-vs-offered-load curves (one row per Server trial) and the measured claims.
+
+Claims pair the padding-free system with each padded or bucketed one by repeat (the same
+LoadGen seeds): per repeat the ratio of the Server's highest VALID offered load, of Offline
+samples/s, and of the SingleStream p90 latency (theirs over ours); the claim's value is the mean
+ratio with its t-interval over repeats, reproduced when the whole interval lies above 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from suite.analysis.tables import read_checked
+from suite.analysis.verdicts import CLAIM_COLUMNS, claim, not_tested
+from suite.serving.config import PADDING_FREE
+
+PAPER = "ByteTransformer"
+# scenario -> (the table's column, the claim's ratio in words, +1: higher is better / -1: lower)
+METRICS = {"Server": ("max_valid_qps", "padding-free packing's highest VALID Server QPS over "
+                                       "{other}'s, at the same p99 bound", 1),
+           "Offline": ("samples_per_s", "padding-free packing's Offline samples/s over "
+                                        "{other}'s", 1),
+           "SingleStream": ("p90_ms", "{other}'s SingleStream p90 latency over padding-free "
+                                      "packing's", -1)}
+TABLE_COLUMNS = ["system", "batching", "baseline", "repeat", "scenario", "status", "reason",
+                 "valid", "loadgen_reasons", "samples_per_s", "max_valid_qps", "p50_ms",
+                 "p90_ms", "p99_ms", "latency_bound_ms", "mean_batch", "trials",
+                 "max_abs_err", "loadgen_version"]
+CURVE_COLUMNS = ["system", "repeat", "offered_qps", "valid", "loadgen_reasons", "scheduled_qps",
+                 "p50_ms", "p90_ms", "p99_ms", "mean_batch"]
+
+
+def table_step(paths: Iterable[str | Path], paper: dict[str, pd.DataFrame]
+               ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The registry's table builder (no paper CSV: the paper measures fixed batches only)."""
+    table, curves = read_runs(paths)
+    return table, curves, claims(table)
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1e3
+
+
+def _latencies(result: dict[str, Any] | None) -> dict[str, float | None]:
+    result = result or {}
+    return {f"p{p}_ms": _ms(result.get(f"p{p}_s")) for p in (50, 90, 99)}
+
+
+def read_runs(paths: Iterable[str | Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    rows, curves = [], []
+    for path in paths:
+        rec = read_checked(path)
+        base = {"system": rec.system, "batching": rec.point.get("batching"),
+                "baseline": rec.point.get("baseline"), "repeat": rec.point.get("repeat"),
+                "status": rec.status.value, "reason": rec.reason,
+                "max_abs_err": rec.correctness.get("max_abs_err")}
+        scenarios = rec.derived.get("scenarios") or {}
+        if not scenarios:
+            rows.append(base)
+        for scenario, s in scenarios.items():
+            result = s.get("result") or {}
+            rows.append({**base, "scenario": scenario, "valid": s["valid"],
+                         "loadgen_reasons": "; ".join(result.get("reasons") or []),
+                         "samples_per_s": s.get("samples_per_s"),
+                         "max_valid_qps": s.get("max_valid_qps"), **_latencies(result),
+                         "latency_bound_ms": _ms(s["plan"]["latency_bound_s"])
+                         if scenario == "Server" else None,
+                         "mean_batch": result.get("mean_batch"),
+                         "trials": len(s["search"]["trials"]) if "search" in s else 1,
+                         "loadgen_version": s.get("loadgen_version")})
+            for t in (s.get("search") or {}).get("trials", []):
+                curves.append({"system": rec.system, "repeat": base["repeat"],
+                               "offered_qps": t["qps"], "valid": t["valid"],
+                               "loadgen_reasons": "; ".join(t.get("reasons") or []),
+                               "scheduled_qps": t.get("scheduled_qps"), **_latencies(t),
+                               "mean_batch": t.get("mean_batch")})
+    table = pd.DataFrame(rows, columns=TABLE_COLUMNS)
+    order = {"Offline": 0, "SingleStream": 1, "Server": 2}
+    table = table.sort_values(["system", "repeat", "scenario"],
+                              key=lambda c: c.map(order) if c.name == "scenario" else c,
+                              kind="stable", ignore_index=True)
+    curves = pd.DataFrame(curves, columns=CURVE_COLUMNS).sort_values(
+        ["system", "repeat", "offered_qps"], ignore_index=True)
+    return table, curves
+
+
+def ratios(table: pd.DataFrame, scenario: str, other: str) -> list[float]:
+    """Per repeat, the padding-free system over ``other`` on the scenario's metric (for a
+    latency, ``other`` over the padding-free system): above 1 means padding-free is better."""
+    column, _, sign = METRICS[scenario]
+    ok = table[(table.status == "ok") & (table.scenario == scenario)]
+
+    def by_repeat(system: str) -> dict[int, float]:
+        rows = ok[ok.system == system]
+        return {int(k): float(v) for k, v in zip(rows.repeat, rows[column]) if pd.notna(v)}
+
+    ours, theirs = by_repeat(PADDING_FREE), by_repeat(other)
+    common = sorted(set(ours) & set(theirs))
+    if sign > 0:
+        return [ours[k] / theirs[k] for k in common if theirs[k] > 0]
+    return [theirs[k] / ours[k] for k in common if ours[k] > 0]
+
+
+def claims(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per (scenario, padded or bucketed system), Server first."""
+    others = sorted(s for s in table.system.dropna().unique() if s != PADDING_FREE)
+    scenarios = [s for s in METRICS if s in set(table.scenario.dropna())]
+    rows = []
+    for scenario in scenarios:
+        _, says, _ = METRICS[scenario]
+        for other in others:
+            text = says.format(other=other)
+            if PADDING_FREE not in set(table.system):
+                rows.append(not_tested(PAPER, text, None, "x",
+                                       f"{PADDING_FREE} is not among the systems run"))
+                continue
+            rows.append(claim(PAPER, text, None, ratios(table, scenario, other), sign=1,
+                              null=1.0, unit="x",
+                              note="the paper measures fixed batches only: no serving "
+                                   "number to set beside; paired by repeat (same LoadGen "
+                                   "seeds), 95% t-interval over repeats"))
+    return pd.DataFrame(rows, columns=CLAIM_COLUMNS)

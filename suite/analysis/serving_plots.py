@@ -1,0 +1,78 @@
+"""The serving figure: p99 latency against offered load for each system (every Server trial
+of every repeat, the bound drawn: the knee is where a system's points cross it), and each
+system's highest VALID Server QPS beside its Offline samples/s."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.ticker import ScalarFormatter
+
+from suite.analysis.figure_io import FigureData, plt, save_figure  # plt: the Agg backend set
+
+COLORS = {"padded": "tab:red", "bucketed": "tab:orange", "packed": "tab:blue"}
+
+
+def _color(system: str, palette: dict[str, str]) -> str:
+    return palette.setdefault(system, COLORS.get(system.split("-", 1)[0], f"C{len(palette)}"))
+
+
+def serving_figure(data: FigureData, out: Path) -> list[Path]:
+    """Writes ``out.png`` and ``out.svg``."""
+    if data.curves is None:
+        raise ValueError("bert_serving: the figure needs its curves.csv (--curves)")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5), constrained_layout=True)
+    palette: dict[str, str] = {}
+    _knee_panel(left, data.table, data.curves, palette)
+    _bars_panel(right, data.table, palette)
+    return save_figure(fig, out)
+
+
+def _knee_panel(ax, table: pd.DataFrame, curves: pd.DataFrame, palette) -> None:
+    ax.set(title="Server: p99 latency vs offered load (each LoadGen trial)",
+           xlabel="offered load (queries/s, Poisson)", ylabel="p99 latency (ms)")
+    for system, g in curves.groupby("system", sort=True):
+        c = _color(system, palette)
+        for _, run in g.groupby("repeat"):
+            run = run.sort_values("offered_qps")
+            ax.plot(run.offered_qps, run.p99_ms, "-", color=c, alpha=0.35)
+        valid = g.valid.astype(str).str.lower() == "true"
+        ax.plot(g.offered_qps[valid], g.p99_ms[valid], "o", color=c, label=f"{system}")
+        ax.plot(g.offered_qps[~valid], g.p99_ms[~valid], "x", color=c)
+    bounds = table.latency_bound_ms.dropna().unique()
+    for b in bounds:
+        ax.axhline(b, color="k", ls="--", lw=1, label=f"p99 bound {b:g} ms")
+    if not ax.lines:
+        ax.text(0.5, 0.5, "no Server trials", ha="center", transform=ax.transAxes)
+        return
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(ScalarFormatter())
+    ax.legend(fontsize=8, title="o VALID, x INVALID", title_fontsize=8)
+
+
+def _bars_panel(ax, table: pd.DataFrame, palette) -> None:
+    ax.set(title="highest VALID Server QPS, Offline samples/s", ylabel="queries/s (mean, "
+           "min-max over repeats)")
+    ok = table[table.status == "ok"]
+    systems = sorted(ok.system.unique())
+    if not systems:
+        ax.text(0.5, 0.5, "no system ran", ha="center", transform=ax.transAxes)
+        return
+    x = np.arange(len(systems))
+    for offset, (scenario, column, hatch) in zip(
+            (-0.2, 0.2), (("Server", "max_valid_qps", ""), ("Offline", "samples_per_s", "//"))):
+        rows = ok[ok.scenario == scenario]
+        for i, system in enumerate(systems):
+            values = rows[rows.system == system][column].dropna().astype(float)
+            if values.empty:
+                continue
+            m = values.mean()
+            ax.bar(x[i] + offset, m, 0.38, color=_color(system, palette), hatch=hatch,
+                   edgecolor="k", yerr=[[m - values.min()], [values.max() - m]], capsize=3,
+                   label=scenario if i == 0 else None)
+            ax.annotate(f"{m:.0f}", (x[i] + offset, m / 2), ha="center", va="center",
+                        fontsize=8, backgroundcolor="white")
+    ax.set_xticks(x, systems, rotation=15, fontsize=8)
+    ax.legend(fontsize=8)

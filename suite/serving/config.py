@@ -1,0 +1,72 @@
+"""The ``bert_serving`` config section, checked: the schema's types and ranges, then the rules
+across keys (each system's name, buckets that hold the longest request). Torch-free: the
+workflow's planning reads it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from suite.config import BertDims, ConfigError, validate
+
+SECTION = "bert_serving"
+BATCHING = ("padded", "bucketed", "packed")
+PADDING_FREE = "packed-reference"
+
+
+def parse_system(name: str) -> tuple[str, str]:
+    """``padded-torch-eager`` -> ``("padded", "torch-eager")``; packed needs the reference."""
+    batching, _, baseline = name.partition("-")
+    if batching not in BATCHING or not baseline:
+        raise ValueError(f"serving system {name!r} is not '<batching>-<baseline>' with batching "
+                         f"one of {BATCHING} (e.g. padded-torch-eager, packed-reference)")
+    if (batching == "packed") != (baseline == "reference"):
+        raise ValueError(f"serving system {name!r}: the padding-free reference is served "
+                         f"packed ({PADDING_FREE}), a padded framework padded or bucketed")
+    return batching, baseline
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    section: dict[str, Any]  # validated, defaults filled: what records carry
+
+    @classmethod
+    def from_dict(cls, section: dict[str, Any]) -> "ServingConfig":
+        d = validate(section, SECTION)
+        for name in d["systems"]:
+            try:
+                parse_system(name)
+            except ValueError as e:
+                raise ConfigError(f"{SECTION}.systems: {e}") from None
+        if d["buckets"] != sorted(d["buckets"]) or d["buckets"][-1] < d["max_len"]:
+            raise ConfigError(f"{SECTION}.buckets: {d['buckets']} must increase and end at or "
+                              f"above max_len={d['max_len']} (every request needs a bucket)")
+        if "Server" in d["scenarios"] and "Offline" not in d["scenarios"]:
+            raise ConfigError(f"{SECTION}.scenarios: {d['scenarios']}: Server needs Offline "
+                              "too (its throughput is where the search starts)")
+        BertDims(**d["model"])
+        if d["lengths"].endswith(".csv"):  # a bad histogram stops the run before any job
+            from suite.serving.requests import HistogramError, read_histogram
+
+            try:
+                read_histogram(d["lengths"], d["max_len"])
+            except HistogramError as e:
+                raise ConfigError(f"{SECTION}.lengths: {e}") from None
+        return cls(d)
+
+    def __getattr__(self, key: str) -> Any:
+        try:
+            return self.section[key]
+        except KeyError:
+            raise AttributeError(key) from None
+
+    @property
+    def dims(self) -> BertDims:
+        return BertDims(**self.section["model"])
+
+    def baselines(self) -> list[str]:
+        """The registered baselines the systems serve."""
+        return sorted({parse_system(s)[1] for s in self.section["systems"]})
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.section
