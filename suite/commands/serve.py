@@ -31,10 +31,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from suite.config import load
+    from suite.experiments.bert_serving import logs_of
     from suite.records import write_record
     from suite.serving.config import SECTION, ServingConfig
-
-    from suite.experiments.bert_serving import logs_of
 
     cfg = ServingConfig.from_dict(load(args.config)[SECTION] if args.config
                                   else json.loads(args.section_json))

@@ -3,11 +3,11 @@
 The system (``padded-X``, ``bucketed-X`` or ``packed-reference``: ``suite.serving.systems``) is
 gated first: a sample of the library's requests issued by LoadGen's accuracy mode, in the
 batches its policy forms, against the float64 oracle of each request alone; a wrong system is
-``incorrect`` and not timed. Then each
-configured scenario runs through LoadGen (``suite.serving.point``), Offline first: its
-samples/s is where the Server's search starts. LoadGen's logs go beside the record
-(``<record>.loadgen/<scenario>/``). Repeat ``k`` runs LoadGen with seeds ``seed + k``; the
-library (lengths, tokens) and the weights stay those of ``seed``.
+``incorrect`` and not timed. Then each configured scenario runs through LoadGen
+(``suite.serving.point``), Offline first: its samples/s is where the Server's search starts.
+LoadGen's logs go beside the record (``<record>.loadgen/<scenario>/``). Repeat ``k`` runs
+LoadGen with seeds ``seed + k``; the library (lengths, tokens) and the weights stay those of
+``seed``.
 """
 
 from __future__ import annotations
