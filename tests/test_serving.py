@@ -120,16 +120,31 @@ def test_offline_runs_every_sample_in_full_batches(tmp_path):
                                    min_queries=1)
     result = loadgen.run(settings, [8] * 64, sleeper, BatchPolicy(8, 0.001), tmp_path)
     assert result.summary["Scenario"] == "Offline" and (tmp_path / "mlperf_log_detail.txt").exists()
-    assert max(result.batches) == 8 and sum(result.batches) >= 64
+    assert max(result.sizes) == 8 and sum(result.sizes) >= 64
     # 8 samples per 1 ms batch: at most 8000 samples/s, and not far below it
     assert 2000 < result.qps() <= 8000 * 1.05
+
+
+def test_padded_tokens_count_each_batch_at_its_longest_request(tmp_path):
+    result = loadgen.RunResult(loadgen.RunSettings("Offline"), True, [], {}, tmp_path,
+                               [(3, 5), (4,), (2, 2, 8)])
+    assert result.sizes == [2, 1, 3]
+    assert result.tokens() == {"real_tokens": 24, "padded_tokens": 10 + 4 + 24,
+                               "padded_per_real": pytest.approx(38 / 24)}
+    # a run counts the lengths of the batches it formed
+    lengths = [4, 8] * 32
+    run = loadgen.run(loadgen.RunSettings("Offline", target_qps=4000, min_duration_s=0.3,
+                                          min_queries=1), lengths, sleeper,
+                      BatchPolicy(2, 0.001), tmp_path / "run")
+    mix = run.as_dict()
+    assert mix["real_tokens"] == sum(map(sum, run.batches)) and 1 <= mix["padded_per_real"] < 2
 
 
 def test_single_stream_issues_one_query_at_a_time_and_reports_its_p90(tmp_path):
     settings = loadgen.RunSettings("SingleStream", target_qps=1000, min_duration_s=0.3,
                                    min_queries=100)
     result = loadgen.run(settings, [8] * 64, sleeper, BatchPolicy(8, 0.0), tmp_path)
-    assert result.summary["Scenario"] == "SingleStream" and set(result.batches) == {1}
+    assert result.summary["Scenario"] == "SingleStream" and set(result.sizes) == {1}
     assert SERVICE_S <= result.latency_s(90) < 0.02 and result.qps() <= 1 / SERVICE_S
 
 
@@ -256,7 +271,7 @@ def test_a_tiny_bert_serves_offline_and_server_through_loadgen(tmp_path, name):
                                               min_queries=1),
                           lengths, system.run_batch, system.policy, tmp_path / "offline")
     assert offline.valid or offline.reasons == ["Min duration satisfied"], offline.summary
-    assert offline.qps() > 0 and max(offline.batches) == 4
+    assert offline.qps() > 0 and max(offline.sizes) == 4
     server = loadgen.run(loadgen.RunSettings("Server", target_qps=100, latency_bound_s=0.5,
                                              min_duration_s=0.5, min_queries=QUERIES),
                          lengths, system.run_batch, system.policy, tmp_path / "server")
@@ -439,5 +454,13 @@ def test_the_table_step_pairs_repeats_into_claims_and_draws_the_knee(tmp_path):
     ratios = [server["packed-reference", k] / server["padded-torch-eager", k] for k in (0, 1)]
     assert claims.measured[0] == pytest.approx(sum(ratios) / 2)
     assert claims.verdict[0] in ("reproduced", "not reproduced", "inconclusive")
+    # the ceiling beside each ratio: the padded system's tokens per valid token, packed's is 1
+    padded = table[table.system == "padded-torch-eager"]
+    assert (table[table.system == "packed-reference"].computed_per_real == 1).all()
+    offline = padded[padded.scenario == "Offline"].computed_per_real
+    assert (padded.computed_per_real >= 1).all() and (offline > 1).all()
+    offline = offline.mean()
+    assert f"padded-torch-eager computed {offline:.2f} tokens per valid token" in claims.note[1]
     png, svg = serving_figure(FigureData(table, {}, curves), tmp_path / "fig")
     assert png.stat().st_size > 10_000 and "p99 bound 100 ms" in svg.read_text()
+    assert f"{offline:.2f} tokens / valid (Offline)" in svg.read_text()

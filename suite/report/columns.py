@@ -137,8 +137,9 @@ SERVING_COLUMNS: list[Column] = [
     ("samples/s", _num("samples_per_s", ".1f")), ("max VALID QPS", _num("max_valid_qps", ".1f")),
     ("p50 ms", _num("p50_ms", ".1f")), ("p90 ms", _num("p90_ms", ".1f")),
     ("p99 ms", _num("p99_ms", ".1f")), ("p99 bound ms", _num("latency_bound_ms", ".0f")),
-    ("mean batch", _num("mean_batch", ".1f")), ("LoadGen runs", _num("trials", ".0f")),
-    ("max abs err", _num("max_abs_err", ".1e")),
+    ("mean batch", _num("mean_batch", ".1f")),
+    ("tokens computed / valid", _num("computed_per_real", ".2f")),
+    ("LoadGen runs", _num("trials", ".0f")), ("max abs err", _num("max_abs_err", ".1e")),
 ]
 LAYOUTS: dict[str, list[Column]] = {"bert": BERT_COLUMNS, "train": TRAIN_COLUMNS,
                                     "ablation": ABLATION_COLUMNS, "loss": LOSS_COLUMNS,

@@ -88,7 +88,20 @@ class RunResult:
     reasons: list[str]  # the constraints LoadGen found unmet ("" when VALID)
     summary: dict[str, str]
     logs: Path
-    batches: list[int] = field(default_factory=list)  # the size of each batch run
+    batches: list[tuple[int, ...]] = field(default_factory=list)  # each batch's lengths
+
+    @property
+    def sizes(self) -> list[int]:
+        return [len(b) for b in self.batches]
+
+    def tokens(self) -> dict[str, Any]:
+        """The valid tokens of the batches run, the tokens they hold padded to each batch's
+        longest request, and the ratio: what a padded system computes per token served, and
+        so the most that computing only valid tokens can gain where work grows with tokens."""
+        real = sum(sum(b) for b in self.batches)
+        padded = sum(len(b) * max(b) for b in self.batches)
+        return {"real_tokens": real, "padded_tokens": padded,
+                "padded_per_real": padded / real if real else None}
 
     def number(self, key: str) -> float | None:
         value = self.summary.get(key)
@@ -109,7 +122,8 @@ class RunResult:
                 "latency_bound_s": self.settings.latency_bound_s, "valid": self.valid,
                 "reasons": self.reasons, "qps": self.qps(),
                 **{f"p{p}_s": self.latency_s(p) for p in PERCENTILES},
-                "mean_batch": sum(self.batches) / len(self.batches) if self.batches else None,
+                "mean_batch": sum(self.sizes) / len(self.sizes) if self.batches else None,
+                **self.tokens(),
                 "logs": str(self.logs)}
 
 
@@ -134,7 +148,7 @@ def run(settings: RunSettings, lengths: Sequence[int], run_batch: Callable[[list
 
     logs.mkdir(parents=True, exist_ok=True)
     queue = BatchQueue(policy)
-    batches: list[int] = []
+    batches: list[tuple[int, ...]] = []
     outstanding: dict[int, int] = {}  # LoadGen's sample id -> library index, not yet complete
     lock = threading.Lock()
     abandoned = threading.Event()
@@ -160,7 +174,7 @@ def run(settings: RunSettings, lengths: Sequence[int], run_batch: Callable[[list
             with lock:
                 if abandoned.is_set():
                     return
-                batches.append(len(batch))
+                batches.append(tuple(r.length for r in batch))
                 for r in batch:
                     outstanding.pop(r.key, None)
                 complete([r.key for r in batch])
