@@ -223,12 +223,12 @@ def test_a_system_that_never_completes_ends_at_the_timeout_naming_what_is_outsta
 # ---- a tiny BERT served through LoadGen -----------------------------------------------------
 
 def _tiny_systems(names, max_batch=4, window_s=0.002, buckets=(8, 16)):
-    from suite.baselines.registry import baselines
     from suite.config import BertDims
     from suite.experiments.bert_varlen import reference_output
     from suite.models import canonical_bert
     from suite.serving.config import parse_system
-    from suite.serving.systems import RequestLibrary, ServingSystem, policy_for
+    from suite.serving.systems import (RequestLibrary, ServingSystem, create_baseline,
+                                       policy_for)
 
     from conftest import TINY_MODEL
 
@@ -237,7 +237,7 @@ def _tiny_systems(names, max_batch=4, window_s=0.002, buckets=(8, 16)):
     systems = {}
     for name in names:
         batching, baseline = parse_system(name)
-        b = baselines.create(baseline)
+        b = create_baseline(batching, baseline)
         b.prepare(model, torch.device("cpu"), torch.float32)
         systems[name] = ServingSystem(name, b, policy_for(batching, max_batch, window_s, buckets),
                                       library, torch.device("cpu"))
@@ -250,7 +250,11 @@ NAMES = ["padded-torch-eager", "bucketed-torch-eager", "packed-reference"]
 
 
 def test_every_system_passes_the_gate_on_mixed_lengths_and_a_wrong_one_does_not(tmp_path):
-    systems, sample, oracle = _tiny_systems(NAMES)
+    systems, sample, oracle = _tiny_systems(NAMES + ["padded-reference"])
+    # the control: the reference with its padding-free switches off, padded GEMMs
+    control = systems["padded-reference"].baseline
+    assert not control.padding_free and not control.switches.fused_mha
+    assert systems["packed-reference"].baseline.padding_free
     for name, system in systems.items():
         check = system.check(sample, oracle, "fp32", tmp_path / name)
         assert check["passed"], (name, check)
@@ -315,9 +319,8 @@ def tiny_section(**over):
 
 
 @pytest.mark.parametrize("over, message", [
-    ({"systems": ["padded-reference"]}, r"bert_serving.systems: serving system "
-                                        r"'padded-reference': the padding-free reference is "
-                                        r"served packed"),
+    ({"systems": ["packed-torch-eager"]}, r"bert_serving.systems.0: 'packed-torch-eager' is "
+                                          r"not allowed"),
     ({"systems": ["fancy-torch-eager"]}, r"bert_serving.systems.*fancy-torch-eager"),
     ({"buckets": [8, 12]}, r"bert_serving.buckets: \[8, 12\] must increase and end at or "
                            r"above max_len=16"),
@@ -330,6 +333,18 @@ def test_a_bad_serving_section_is_named(over, message):
 
     with pytest.raises(ConfigError, match=message):
         ServingConfig.from_dict(tiny_section(**over))
+
+
+def test_a_system_name_is_batching_and_baseline_and_only_the_reference_packs():
+    from suite.serving.config import parse_system
+
+    assert parse_system("bucketed-torch-eager") == ("bucketed", "torch-eager")
+    assert parse_system("padded-reference") == ("padded", "reference")  # the control
+    with pytest.raises(ValueError, match=r"'packed-torch-eager': only the reference computes "
+                                         r"without padding \(packed-reference\)"):
+        parse_system("packed-torch-eager")
+    with pytest.raises(ValueError, match=r"'unpadded-reference' is not '<batching>-<baseline>'"):
+        parse_system("unpadded-reference")
 
 
 def test_a_bad_length_histogram_stops_the_section_naming_the_file_and_row(tmp_path):

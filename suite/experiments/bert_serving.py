@@ -19,7 +19,6 @@ import torch
 
 from suite import env as envmod
 from suite.baselines import Unavailable
-from suite.baselines.registry import baselines
 from suite.devices import resolve_device, torch_dtype
 from suite.experiments.bert_varlen import TASK, reference_output
 from suite.models import canonical_model
@@ -28,7 +27,7 @@ from suite.serving import loadgen
 from suite.serving.config import SECTION, ServingConfig, parse_system
 from suite.serving.point import ServingPlan, measure
 from suite.serving.requests import request_lengths
-from suite.serving.systems import RequestLibrary, ServingSystem, policy_for
+from suite.serving.systems import RequestLibrary, ServingSystem, create_baseline, policy_for
 
 EXPERIMENT = SECTION
 
@@ -58,7 +57,7 @@ def _run(record: Record, cfg: ServingConfig, batching: str, baseline: str, repea
     threads = cfg.threads or envmod.usable_cores()
     torch.set_num_threads(threads)
     device = resolve_device(cfg.device)
-    sut = baselines.create(baseline)
+    sut = create_baseline(batching, baseline)
     ok, why = sut.can_run(TASK, device.type, cfg.dtype)
     if not ok:
         raise Unavailable(why)

@@ -4,7 +4,10 @@
   padded framework's server does);
 - ``bucketed-<baseline>``: the same within length buckets (the usual mitigation);
 - ``packed-reference``: dynamic batching into the padding-free reference, which computes on
-  the batch's valid tokens only (``cu_seqlens`` inside; ByteTransformer's serving case).
+  the batch's valid tokens only (``cu_seqlens`` inside; ByteTransformer's serving case);
+- ``padded-reference`` / ``bucketed-reference``: the reference with its padding-free switches
+  off (padded GEMMs and attention; the same fused kernels and GEMM library): the control, whose
+  ratio to ``packed-reference`` is the padding's alone, whatever the frameworks' libraries.
 
 Every system runs the same requests through ``run_batch(indices)``: the library's rows,
 trimmed to the batch's longest request. The gate (``check``) has LoadGen issue a sample of
@@ -27,6 +30,15 @@ from suite.measure.correctness import compare
 from suite.serving import loadgen
 from suite.serving.batching import BatchPolicy
 from suite.workloads import BertBatch, bert_batch
+
+
+def create_baseline(batching: str, baseline: str) -> Baseline:
+    """The baseline a system serves (see the module doc for the reference served padded)."""
+    from suite.baselines.registry import baselines
+
+    if baseline == "reference" and batching != "packed":
+        return baselines.create(baseline, padding_free=False, fused_mha=False)
+    return baselines.create(baseline)
 
 
 def policy_for(batching: str, max_batch: int, window_s: float,
