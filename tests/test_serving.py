@@ -479,3 +479,15 @@ def test_the_table_step_pairs_repeats_into_claims_and_draws_the_knee(tmp_path):
     png, svg = serving_figure(FigureData(table, {}, curves), tmp_path / "fig")
     assert png.stat().st_size > 10_000 and "p99 bound 100 ms" in svg.read_text()
     assert f"{offline:.2f} tokens / valid (Offline)" in svg.read_text()
+
+
+def test_every_system_in_the_figure_gets_a_color_of_its_own():
+    from suite.analysis.serving_plots import _color
+
+    palette: dict[str, str] = {}
+    names = ["padded-onnxruntime-fused", "padded-reference", "bucketed-torch-eager",
+             "packed-reference", "padded-torch-eager"]
+    colors = [_color(n, palette) for n in names]
+    assert len(set(colors)) == len(names)
+    assert colors[0] == "tab:red" and colors[3] == "tab:blue" and colors[2] == "tab:orange"
+    assert _color("padded-reference", palette) == colors[1]  # stable across the two panels

@@ -14,10 +14,18 @@ from matplotlib.ticker import ScalarFormatter
 from suite.analysis.figure_io import FigureData, plt, save_figure  # plt: the Agg backend set
 
 COLORS = {"padded": "tab:red", "bucketed": "tab:orange", "packed": "tab:blue"}
+OTHERS = ("tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan", "tab:gray")
 
 
 def _color(system: str, palette: dict[str, str]) -> str:
-    return palette.setdefault(system, COLORS.get(system.split("-", 1)[0], f"C{len(palette)}"))
+    """The batching's color for the first system of that batching, then one of ``OTHERS``
+    (padded-reference beside padded-onnxruntime-fused must not share a color)."""
+    if system not in palette:
+        taken = set(palette.values())
+        free = [c for c in (COLORS.get(system.split("-", 1)[0]), *OTHERS)
+                if c and c not in taken]
+        palette[system] = free[0] if free else f"C{len(palette) % 10}"
+    return palette[system]
 
 
 def serving_figure(data: FigureData, out: Path) -> list[Path]:
@@ -50,6 +58,7 @@ def _knee_panel(ax, table: pd.DataFrame, curves: pd.DataFrame, palette) -> None:
         return
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(ScalarFormatter())
+    ax.yaxis.set_minor_formatter(ScalarFormatter())
     ax.legend(fontsize=8, title="o VALID, x INVALID", title_fontsize=8)
 
 
