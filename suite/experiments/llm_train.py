@@ -312,12 +312,16 @@ def error_path(out: str | os.PathLike, rank: int) -> Path:
 def run_training(section: dict[str, Any] | TrainConfig, trainer: str | Trainer,
                  steplog: str | os.PathLike, *, peak: dict[str, Any] | None = None,
                  check_steps: int = DEFAULT_CHECK_STEPS, experiment: str = EXPERIMENT,
-                 out: str | os.PathLike | None = None, label: str | None = None
-                 ) -> Record | None:
+                 out: str | os.PathLike | None = None, label: str | None = None,
+                 hold: list[Any] | None = None) -> Record | None:
     """Run on this rank; rank 0 returns the record (any status), other ranks None.
 
     ``trainer`` is a registered name or an instance (tests pass unregistered ones). ``out`` is
-    only used to find other ranks' error files.
+    only used to find other ranks' error files. ``hold``: a list the engine goes into after
+    the run instead of being freed, for a process that leaves with ``os._exit`` (``main``).
+    Freeing a DDP model while a gloo thread cleans up its last work can deadlock: the freeing
+    thread holds the GIL and waits for the group's lock, the gloo thread holds that lock and
+    waits for the GIL (seen in a warm-forked rank, which then never exited).
     """
     rank = env_rank()[0]
     name = trainer if isinstance(trainer, str) else trainer.name
@@ -353,6 +357,8 @@ def run_training(section: dict[str, Any] | TrainConfig, trainer: str | Trainer,
                 engine.teardown()
             except Exception:  # noqa: BLE001 - a teardown error must not hide the run's result
                 pass
+            if hold is not None:
+                hold.append(engine)
         if owns_group and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
         for k in env_set:
@@ -547,6 +553,9 @@ def _eval_loss(cfg: TrainConfig, engine: Trainer, dist: DistInfo) -> float | Non
 # ----------------------------------------------------------------------------- CLI
 
 
+_HELD_UNTIL_EXIT: list[Any] = []  # what ``main`` never frees: see ``run_training``'s ``hold``
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__.splitlines()[0])
     add_run_arguments(p)
@@ -570,7 +579,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         record = run_training(section, args.trainer, args.steplog, peak=peak,
                               check_steps=args.check_steps, experiment=args.experiment,
-                              out=args.out, label=args.label)
+                              out=args.out, label=args.label, hold=_HELD_UNTIL_EXIT)
     if record is None:  # not rank 0
         return 0
     write_record(record, args.out)
