@@ -182,6 +182,10 @@ def test_command_builder():
     shim = ["suite.launch.warm", "exec", "-m", launch.MODULE, *args]
     assert command("ddp", 2, args, python=py, warm=True)[-len(shim):] == shim
     assert command("zero2", 2, args, python=py, warm=True)[-len(shim) - 1:] == ["--module", *shim]
+    # ... and the launcher itself a python -m module, which run_isolated(warm=True) forks warm
+    assert command("ddp", 2, args, python=py, warm=True)[:3] == [py, "-m", "torch.distributed.run"]
+    assert command("zero2", 2, args, python=py, warm=True)[:3] == [
+        py, "-m", "deepspeed.launcher.runner"]
     with pytest.raises(ValueError, match="cannot run under launcher='single'"):
         command("zero2", 1, args, launcher="single")
     ds2 = command("zero3", 8, args, nnodes=2, rdzv_endpoint="node0:29500",

@@ -25,8 +25,8 @@ def _wait_until(condition, timeout_s: float) -> bool:
 
 def test_a_warm_child_gets_the_callers_argv_environment_directory_and_streams(tmp_path, capfd):
     code = ("import os, sys; print(sys.argv[1:], os.getcwd(), os.environ['SEEDBENCH_PROBE'], "
-            "os.environ.get('SEEDBENCH_WARM_CHILD')); print('to stderr', file=sys.stderr); "
-            "sys.exit(7)")
+            "os.environ.get('SEEDBENCH_WARM_CHILD') == str(os.getpid())); "
+            "print('to stderr', file=sys.stderr); sys.exit(7)")
     env = {**os.environ, "SEEDBENCH_PROBE": "probe value"}
     os.chdir(tmp_path)
     try:
@@ -36,7 +36,23 @@ def test_a_warm_child_gets_the_callers_argv_environment_directory_and_streams(tm
         assert proc.wait(timeout=60) == 7
     finally:
         os.chdir(os.path.dirname(os.path.dirname(__file__)))
-    assert capfd.readouterr().out == f"['a', 'b c'] {tmp_path} probe value 1\n"
+    assert capfd.readouterr().out == f"['a', 'b c'] {tmp_path} probe value True\n"
+
+
+def test_a_warm_childs_own_children_are_cold_but_may_start_warm(capfd):
+    """A warm launcher (torchrun forked by the server) starts its ranks as new processes: they
+    inherit the mark, yet are not forks themselves, and may ask the same server for one."""
+    probe = ("from suite.launch import warm; import os; "
+             "print(warm.is_warm_child(), warm.enabled()[0], "
+             "warm.server_key(dict(os.environ)), flush=True)")
+    code = ("import subprocess, sys; exec(sys.argv[1]); "
+            "subprocess.run([sys.executable, '-c', sys.argv[1]], check=True)")
+    proc = warm.popen([sys.executable, "-c", code, probe])
+    assert proc is not None and proc.wait(timeout=60) == 0
+    child, grandchild = [line.split() for line in capfd.readouterr().out.splitlines()]
+    key = warm.server_key(dict(os.environ))
+    assert child == ["True", "False", key]  # a fork: it runs in place, never forks again
+    assert grandchild == ["False", "True", key]  # not a fork; the same server serves it
 
 
 @pytest.mark.parametrize("env, cmd, why", [

@@ -144,6 +144,11 @@ def command(trainer: str | Trainer, nprocs: int, args: Sequence[str], *, nnodes:
     the launcher starts ``python -m suite.launch.warm exec -m MODULE ARGS``, which runs the
     module itself when no warm start can be had).
 
+    With ``warm`` the launcher itself is ``python -m torch.distributed.run`` (or
+    ``deepspeed.launcher.runner``) so that ``run_isolated(warm=True)`` forks it warm too: a cold
+    launcher spends its first seconds importing torch (2-3 s of a 5 s DDP point on a 2-core
+    EPYC); the console scripts ``torchrun`` and ``deepspeed`` are those same modules' ``main``.
+
     ``launcher`` defaults to the engine's own (``Trainer.launcher``), except that the ZeRO
     engines on several nodes without a ``hostfile`` run under torchrun, the same command on
     every node:
@@ -192,20 +197,29 @@ def command(trainer: str | Trainer, nprocs: int, args: Sequence[str], *, nnodes:
     if launcher not in LAUNCHERS:
         raise ValueError(f"launcher={launcher!r} is not one of {list(LAUNCHERS)}")
     if launcher == "deepspeed":
-        cmd = _deepspeed(python, nprocs, nnodes, hostfile, rdzv_endpoint)
+        cmd = _deepspeed(python, nprocs, nnodes, hostfile, rdzv_endpoint, warm)
         return [*cmd, "--no_local_rank", "--module", *module, *args]
     cmd = _torchrun(python, nprocs, nnodes, node_rank, rdzv_endpoint, rdzv_id, local_addr,
-                    join_timeout_s)
+                    join_timeout_s, warm)
     return [*cmd, "-m", *module, *args]
 
 
+def _launcher(script: str, module: str, python: str, warm: bool) -> list[str] | None:
+    """How to start a launcher: ``python -m module`` when it is to be forked warm, else its
+    console script (the venv's, else on PATH); None when that script is not installed."""
+    found = _script(script, python)
+    if found is None:
+        return None
+    return [python, "-m", module] if warm else [found]
+
+
 def _deepspeed(python: str, nprocs: int, nnodes: int, hostfile: str | None,
-               rdzv_endpoint: str | None) -> list[str]:
-    ds = _script("deepspeed", python)
+               rdzv_endpoint: str | None, warm: bool) -> list[str]:
+    ds = _launcher("deepspeed", "deepspeed.launcher.runner", python, warm)
     if ds is None:
         raise FileNotFoundError("the deepspeed launcher is not installed (pip install "
                                 "deepspeed)")
-    cmd = [ds, "--num_gpus", str(nprocs), "--num_nodes", str(nnodes)]
+    cmd = [*ds, "--num_gpus", str(nprocs), "--num_nodes", str(nnodes)]
     if nnodes == 1:  # its default 29500 would collide with any other run on this host
         return [*cmd, "--master_port", str(free_port())]
     if not hostfile:
@@ -217,9 +231,9 @@ def _deepspeed(python: str, nprocs: int, nnodes: int, hostfile: str | None,
 
 def _torchrun(python: str, nprocs: int, nnodes: int, node_rank: int | None,
               rdzv_endpoint: str | None, rdzv_id: str, local_addr: str | None,
-              join_timeout_s: float | None) -> list[str]:
-    runner = _script("torchrun", python)
-    cmd = [runner] if runner else [python, "-m", "torch.distributed.run"]
+              join_timeout_s: float | None, warm: bool) -> list[str]:
+    cmd = _launcher("torchrun", "torch.distributed.run", python, warm) \
+        or [python, "-m", "torch.distributed.run"]
     if nnodes == 1 and not rdzv_endpoint:
         return [*cmd, "--standalone", "--nproc-per-node", str(nprocs)]
     cmd += ["--nnodes", str(nnodes), "--nproc-per-node", str(nprocs),

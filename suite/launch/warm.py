@@ -47,7 +47,9 @@ from suite.workflow import source_digest
 
 SELF = "suite.launch.warm"  # as -m runs it (as __main__, __name__ would not name it)
 ENV_SWITCH = "SEEDBENCH_WARM"
-CHILD_MARK = "SEEDBENCH_WARM_CHILD"  # set in a forked child's environment (its record says so)
+# set in a forked child's environment to its own pid (its record says so): a process that
+# inherited it (a warm launcher's ranks) is not itself warm, and may fork warm children
+CHILD_MARK = "SEEDBENCH_WARM_CHILD"
 IDLE_S = 60.0
 START_TIMEOUT_S = 90.0
 FORK_TIMEOUT_S = 30.0
@@ -62,8 +64,8 @@ PRELOAD = ("torch", "scipy.stats", "pandas", "matplotlib.pyplot", "jinja2", "tra
 # variables that change from one call to the next without changing what an import does: a
 # test's name, a shell's last command, and what launchers give each rank (read when the rank
 # joins its process group, after the fork)
-VOLATILE_ENV = ("PYTEST_CURRENT_TEST", "_", "OLDPWD", "RANK", "LOCAL_RANK", "WORLD_SIZE",
-                "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
+VOLATILE_ENV = (CHILD_MARK, "PYTEST_CURRENT_TEST", "_", "OLDPWD", "RANK", "LOCAL_RANK",
+                "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
                 "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT", "LOCAL_SIZE",
                 "CROSS_RANK", "CROSS_SIZE", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT",
                 "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_ERROR_FILE",
@@ -81,9 +83,14 @@ def enabled() -> tuple[bool, str]:
         return False, "needs Linux (abstract sockets and pidfds)"
     if "SLURM_JOB_ID" in os.environ:
         return False, "inside a SLURM job, whose processes end with it"
-    if os.environ.get(CHILD_MARK):
+    if is_warm_child():
         return False, "already a warm child"
     return True, ""
+
+
+def is_warm_child() -> bool:
+    """Whether this very process was forked by a warm server (not merely started by one)."""
+    return os.environ.get(CHILD_MARK) == str(os.getpid())
 
 
 def server_key(env: dict[str, str]) -> str:
@@ -225,6 +232,7 @@ def _connect(key: str) -> socket.socket | None:
 
 
 def _start_and_connect(key: str, env: dict[str, str]) -> socket.socket | None:
+    env = {k: v for k, v in env.items() if k != CHILD_MARK}  # the server is nobody's fork
     server = subprocess.Popen([sys.executable, "-m", SELF, key, str(IDLE_S)], env=env,
                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, start_new_session=True)
@@ -365,7 +373,7 @@ def _child(request: dict, fds: list[int], inherited: list[int], server_pid: int)
         os.umask(request["umask"])
         os.chdir(request["cwd"])
         os.environ.clear()
-        os.environ.update(request["env"], **{CHILD_MARK: "1"})
+        os.environ.update(request["env"], **{CHILD_MARK: str(os.getpid())})
         if request["mode"] == "-m":
             sys.argv = [request["target"], *request["args"]]
             sys.modules.pop(request["target"], None)  # it runs as __main__, as with -m
