@@ -13,6 +13,7 @@ import torch
 from suite.baselines import Baseline
 from suite.baselines.registry import baselines
 from suite.baselines.torch_hf import TorchEager
+from suite.experiments import bert_oracle
 from suite.experiments.bert_varlen import run_point
 from suite.launch.jobs import run_isolated
 from suite.records import Record, Status, read_record
@@ -37,6 +38,40 @@ def test_a_point_is_checked_then_timed(tiny_cfg, baseline):
     assert d["padding_free"] is (baseline == "reference")
     assert d["executed_flops"] >= d["useful_flops"]
     assert rec.env["packages"]["torch"].startswith(torch.__version__.split("+")[0])
+
+
+def test_a_shared_oracle_file_checks_systems_as_their_own_oracle_would(tiny_cfg, tmp_path):
+    """`seedbench oracle` writes a point's float64 output once; a system checked against it
+    gets the very errors it gets against the oracle it computes itself."""
+    path = tmp_path / "oracle.pt"
+    bert_oracle.write(bert_oracle.compute(tiny_cfg, "bytetransformer", "bert", 3, 16), path)
+    assert not list(tmp_path.glob(".*.part"))  # written whole, then renamed
+    for system in ("torch-eager", "reference"):
+        own = run_point(tiny_cfg, system, 3, 16, show_progress=False)
+        shared = run_point(tiny_cfg, system, 3, 16, show_progress=False, oracle=path)
+        assert shared.status is Status.OK, shared.reason
+        assert shared.correctness["max_abs_err"] == own.correctness["max_abs_err"]
+        assert own.correctness["reference_source"] == "computed by this job"
+        assert shared.correctness["reference_source"] == "shared file oracle.pt (seedbench oracle)"
+
+
+@pytest.mark.parametrize("point, field", [
+    ({"batch_size": 4}, "lengths"),  # another point
+    ({"model_kind": "distilbert"}, "model"),  # another family
+    ({"experiment": "bert_fixed"}, "distribution"),  # every sequence at full length
+    ({"seed": 1}, "seed"),
+])
+def test_an_oracle_of_another_point_fails_the_job_naming_what_differs(tiny_cfg, tmp_path,
+                                                                      point, field):
+    path = tmp_path / "oracle.pt"
+    bert_oracle.write(bert_oracle.compute(tiny_cfg, "bytetransformer", "bert", 3, 16), path)
+    cfg = dataclasses.replace(tiny_cfg, seed=point.get("seed", tiny_cfg.seed))
+    rec = run_point(cfg, "torch-eager", point.get("batch_size", 3), 16, show_progress=False,
+                    experiment=point.get("experiment", "bert_varlen"),
+                    model_kind=point.get("model_kind", "bert"), oracle=path)
+    assert rec.status is Status.FAILED and rec.timing == {}
+    assert rec.reason.startswith(f"ValueError: oracle {path} was made for another point: "
+                                 f"{field} is "), rec.reason
 
 
 def test_without_a_peak_the_record_says_so(tiny_cfg):

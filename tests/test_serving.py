@@ -224,7 +224,7 @@ def test_a_system_that_never_completes_ends_at_the_timeout_naming_what_is_outsta
 
 def _tiny_systems(names, max_batch=4, window_s=0.002, buckets=(8, 16)):
     from suite.config import BertDims
-    from suite.experiments.bert_varlen import reference_output
+    from suite.experiments.bert_oracle import reference_output
     from suite.models import canonical_bert
     from suite.serving.config import parse_system
     from suite.serving.systems import (RequestLibrary, ServingSystem, create_baseline,

@@ -23,6 +23,7 @@ from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSet
 
 from reference_impl import LADDER
 from suite.env import cpu_model
+from suite.experiments import registry
 from suite.machine_results import PUBLISHED_FILES, discover
 from suite.records import read_record
 from suite.report.readme import README_FIGURES, readme_block
@@ -267,9 +268,15 @@ def test_every_study_ran_every_system_and_passed_its_gate(full_run):
             assert all(r.point["distribution"] == "fixed" and r.workload["lengths"] == [16] * 3
                        for r in found.values())
         assert all(r.status.value == "ok" and r.correctness["passed"] for r in found.values())
+        if registry.shares_oracle(experiment):  # checked against one oracle file per point
+            assert {r.correctness["reference_source"] for r in found.values()} == {
+                "shared file b3_l16.pt (seedbench oracle)"}
         study = pd.read_csv(results / experiment / "table.csv")
         study = study[study.status == "ok"]
         assert len(study) == len(systems) and study.speedup_vs_padded.notna().all()
+
+
+    assert not list((results / "oracles").rglob("*.pt"))  # removed once all had run (temp)
 
 
 @full_run_test

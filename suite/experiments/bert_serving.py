@@ -20,7 +20,8 @@ import torch
 from suite import env as envmod
 from suite.baselines import Unavailable
 from suite.devices import resolve_device, torch_dtype
-from suite.experiments.bert_varlen import TASK, reference_output
+from suite.experiments.bert_oracle import reference_output
+from suite.experiments.bert_varlen import TASK
 from suite.models import canonical_model
 from suite.records import Record, Status, new_record, outcome
 from suite.serving import loadgen

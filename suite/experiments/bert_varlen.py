@@ -15,9 +15,9 @@ the system prepares itself -> correctness gate -> timing -> statistics and deriv
 
 from __future__ import annotations
 
-import copy
 import sys
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -33,19 +33,19 @@ from suite.config import BertVarlenConfig
 from suite.measure.correctness import compare
 from suite.experiments.bert_names import ladder_name
 from suite.mfu import bert_encoder_flops
-from suite.models import KINDS, canonical_model, hf_inputs
+from suite.models import KINDS, canonical_model
 from suite.devices import resolve_device, torch_dtype
-from suite.experiments import registry
+from suite.experiments import bert_oracle, registry
+from suite.experiments.bert_oracle import point_inputs, reference_output
 from suite.peak.libraries import observe_gemm_library
 from suite.peak.schema import efficiency
 from suite.records import Record, Status, new_record, outcome
 from suite.measure.stats import summarize
 from suite.measure.timing import measure, timer_name
-from suite.workloads import BertBatch, bert_batch, flop_bounds, varlen_lengths
+from suite.workloads import flop_bounds
 
 # the registry's experiments this module runs (the others of the family: bert_kernels)
-EXPERIMENTS = tuple(n for n in registry.names("bert")
-                    if registry.get(n).runner == f"{__name__}:measure_point")
+EXPERIMENTS = tuple(registry.oracle_experiments())
 TASK = "bert-encoder"
 
 
@@ -78,16 +78,20 @@ def point_dict(cfg: BertVarlenConfig, batch_size: int, max_seq_len: int,
 
 
 def measure_point(cfg: BertVarlenConfig, experiment: str, subject: str | None, system: str,
-                  batch_size: int, max_seq_len: int, peak: dict[str, Any] | None) -> Record:
+                  batch_size: int, max_seq_len: int, peak: dict[str, Any] | None,
+                  oracle: Path | None = None) -> Record:
     """The registry's runner for the end-to-end experiments: subject is the model family."""
     return run_point(cfg, system, batch_size, max_seq_len, peak, experiment=experiment,
-                     model_kind=subject or "bert")
+                     model_kind=subject or "bert", oracle=oracle)
 
 
 def run_point(cfg: BertVarlenConfig, baseline: str, batch_size: int, max_seq_len: int,
               peak: dict[str, Any] | None = None, show_progress: bool = True, *,
-              experiment: str = "bert_varlen", model_kind: str = "bert") -> Record:
-    """Measure one point. Never raises for a problem of the system: the record says it."""
+              experiment: str = "bert_varlen", model_kind: str = "bert",
+              oracle: Path | None = None) -> Record:
+    """Measure one point. Never raises for a problem of the system: the record says it.
+    ``oracle``: the point's reference output from ``seedbench oracle`` (``bert_oracle``),
+    checked to be this point's; without it the job computes its own."""
     if experiment not in EXPERIMENTS:
         raise ValueError(f"experiment {experiment!r} is not one of {EXPERIMENTS}")
     if model_kind not in KINDS:
@@ -99,19 +103,17 @@ def run_point(cfg: BertVarlenConfig, baseline: str, batch_size: int, max_seq_len
     record = new_record(experiment, baseline, point, cfg.to_dict())
     with outcome(record):
         _run(record, cfg, make_system(experiment, baseline, cfg), batch_size, max_seq_len,
-             peak, show_progress, model_kind)
+             peak, show_progress, model_kind, oracle)
     record.env = envmod.capture()
     return record
 
 
 def _run(record: Record, cfg: BertVarlenConfig, system: Baseline, batch_size: int,
          max_seq_len: int, peak: dict[str, Any] | None, show_progress: bool,
-         model_kind: str) -> None:
+         model_kind: str, oracle: Path | None) -> None:
     threads = cfg.threads or envmod.usable_cores()
     torch.set_num_threads(threads)
-    lengths = varlen_lengths(batch_size, max_seq_len, record.point["distribution"],
-                             seed=cfg.seed)
-    batch = bert_batch(lengths, max_seq_len, cfg.model.vocab_size, seed=cfg.seed)
+    lengths, batch = point_inputs(cfg, record.point["distribution"], batch_size, max_seq_len)
     record.workload = {"lengths": lengths, "total_tokens": sum(lengths),
                        "padded_tokens": batch_size * max_seq_len,
                        **flop_bounds(lengths, max_seq_len)}
@@ -122,14 +124,19 @@ def _run(record: Record, cfg: BertVarlenConfig, system: Baseline, batch_size: in
         raise Unavailable(why)
 
     model = canonical_model(model_kind, cfg.model, cfg.max_len, seed=cfg.seed)
-    reference = reference_output(model, batch, device)
+    if oracle is None:
+        reference, source = reference_output(model, batch, device), "computed by this job"
+    else:
+        reference = bert_oracle.read(oracle, bert_oracle.fingerprint(
+            cfg, record.point["distribution"], model_kind, lengths, batch, model))
+        source = f"shared file {Path(oracle).name} (seedbench oracle)"
     system.prepare(model, device, torch_dtype(cfg.dtype))
     if system.times_itself:
         system.set_timing(cfg.timing.as_dict())
     dev_batch = batch.to(device)
 
     check = compare(system.run(dev_batch), reference, batch.attention_mask, cfg.dtype)
-    record.correctness = check
+    record.correctness = {**check, "reference_source": source}
     if not check["passed"]:
         record.status, record.reason = Status.INCORRECT, check["reason"]
         return
@@ -158,28 +165,6 @@ def _run(record: Record, cfg: BertVarlenConfig, system: Baseline, batch_size: in
     if gemm_library:
         record.derived["gemm_library"] = gemm_library
     record.status, record.reason = Status.OK, ""
-
-
-@torch.inference_mode()
-def reference_output(model: torch.nn.Module, batch: BertBatch,
-                      device: torch.device) -> torch.Tensor:
-    """The oracle: HF eager in float64, each sequence run alone with no padding at all, so the
-    check also catches a system whose padding leaks into valid positions."""
-    ref_device = device if device.type == "cuda" else torch.device("cpu")
-    ref = copy.deepcopy(model).to(ref_device, torch.float64)
-    b = batch.to(ref_device)
-    out = torch.zeros(*b.input_ids.shape, _hidden_size(model.config), dtype=torch.float64)
-    for i, n in enumerate(b.lengths):
-        if n == 0:
-            continue
-        inputs = hf_inputs(ref, b.input_ids[i:i + 1, :n], b.attention_mask[i:i + 1, :n],
-                           b.token_type_ids[i:i + 1, :n])
-        out[i, :n] = ref(**inputs).last_hidden_state[0].cpu()
-    return out
-
-
-def _hidden_size(config) -> int:
-    return getattr(config, "hidden_size", None) or config.dim  # DistilBERT calls it dim
 
 
 def encoder_shape(model: torch.nn.Module) -> tuple[int, int, int]:

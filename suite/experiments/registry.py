@@ -106,6 +106,10 @@ def load(ref: str) -> Callable[..., Any]:
     return getattr(import_module(module), name)
 
 
+# The runner of the end-to-end BERT-family experiments. Their points share one float64
+# oracle per (subject, point): `seedbench oracle` computes it once (a declared file, read
+# by every system's job at that point) instead of once per system.
+END_TO_END_RUNNER = "suite.experiments.bert_varlen:measure_point"
 _BT_LATENCY = "bytetransformer_readme_a100_fp16_latency.csv"
 _BT_CLAIMS = "bytetransformer_abstract_claims.csv"
 
@@ -115,7 +119,7 @@ _SPECS = [
         "BERT-base inference, padded frameworks vs padding-free (ByteTransformer)", "bert",
         figure="suite.analysis.plots:varlen_figure",
         headline="suite.analysis.headlines:bert_reference",
-        runner="suite.experiments.bert_varlen:measure_point",
+        runner=END_TO_END_RUNNER,
         paper={"latency": _BT_LATENCY, "claims": _BT_CLAIMS},
         claims="suite.analysis.claims:framework_claims", claims_layout="frameworks",
         reads_tables=("bert_mha",), roofline=True,
@@ -129,7 +133,7 @@ _SPECS = [
         "the same frameworks with every sequence at max length (padding-free's control)", "bert",
         figure="suite.analysis.plots:fixed_figure",
         headline="suite.analysis.headlines:bert_reference",
-        runner="suite.experiments.bert_varlen:measure_point",
+        runner=END_TO_END_RUNNER,
         note="Every sequence of the batch at the full length: there is no padding, so a "
              "padding-free system has nothing to skip. Its speedup here is what its kernels "
              "and fusion give alone; the difference from the variable-length figure at the "
@@ -138,7 +142,7 @@ _SPECS = [
         "bert_ablation", "the reference with the paper's optimizations turned on one by one",
         "bert", figure="suite.analysis.plots:ablation_figure",
         headline="suite.analysis.headlines:bert_full_ladder",
-        runner="suite.experiments.bert_varlen:measure_point",
+        runner=END_TO_END_RUNNER,
         note="The reference with the paper's optimizations switched on one after "
              "another; speedups are over step 0 (padded, unfused). On CPU the fused "
              "epilogues run as PyTorch ops (the Triton kernels need CUDA), so those two "
@@ -150,7 +154,7 @@ _SPECS = [
         "bert_variants", "ALBERT, DistilBERT, DeBERTa: padded HF vs padding-free", "bert",
         figure="suite.analysis.plots:variants_figure",
         headline="suite.analysis.headlines:bert_reference",
-        runner="suite.experiments.bert_varlen:measure_point",
+        runner=END_TO_END_RUNNER,
         note="Each family at BERT-base size, padded HF eager against the padding-free "
              "reference; speedups over the padded HF model."),
     ExperimentSpec(
@@ -307,6 +311,16 @@ def get(name: str) -> ExperimentSpec:
     if name not in SPECS:
         raise KeyError(f"unknown experiment {name!r}; registered: {sorted(SPECS)}")
     return SPECS[name]
+
+
+def shares_oracle(name: str) -> bool:
+    """Whether ``name``'s points read a shared oracle file (``END_TO_END_RUNNER``)."""
+    return get(name).runner == END_TO_END_RUNNER
+
+
+def oracle_experiments() -> list[str]:
+    """The experiments whose points share an oracle file, in registration order."""
+    return [n for n in SPECS if shares_oracle(n)]
 
 
 def names(family: str | None = None) -> list[str]:

@@ -82,7 +82,7 @@ class ServingSystem:
         """The gate: LoadGen's accuracy mode (Offline: all at once) issues each of ``indices``
         once, the policy batches them (bucketed: within buckets), and each request's output
         is compared with ``oracle``: ``[len(indices), longest, hidden]``, float64, the requests
-        padded to the longest of them, as ``suite.experiments.bert_varlen.reference_output``
+        padded to the longest of them, as ``suite.experiments.bert_oracle.reference_output``
         gives it. LoadGen's logs of the run go to ``logs``."""
         out = torch.zeros_like(oracle)
 

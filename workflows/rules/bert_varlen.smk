@@ -16,10 +16,27 @@ rule external_build:
         " --jobs {threads} > {log} 2>&1"
 
 
+# The float64 reference output of a point, shared by every system measured there; removed once
+# they all have run (temp).
+rule bert_oracle:
+    output:
+        temp(f"{RESULTS}/oracles/{{experiment}}/{{subject}}/b{{batch}}_l{{max_len}}.pt"),
+    log:
+        f"{RESULTS}/logs/{{experiment}}/{{subject}}_oracle_b{{batch}}_l{{max_len}}.log",
+    params:
+        section=lambda wildcards: BERT_SECTION,
+    threads: TIMED_THREADS
+    shell:
+        "seedbench oracle {wildcards.experiment} --subject {wildcards.subject}"
+        " --batch-size {wildcards.batch} --max-seq-len {wildcards.max_len}"
+        " --section-json {params.section:q} --out {output} 2> {log}"
+
+
 rule bert_point:
     input:
         peak=rules.peak.output[0],
         build=external_build_stamp,
+        oracle=oracle_input,
     output:
         f"{RESULTS}/{{experiment}}/{{subject}}/{{system}}/b{{batch}}_l{{max_len}}.json",
     log:
@@ -27,9 +44,11 @@ rule bert_point:
     params:
         # a function: a string param would be read as a wildcard pattern ({build_dir} in commands)
         section=lambda wildcards: BERT_SECTION,
+        oracle=oracle_flag,
     threads: TIMED_THREADS
     shell:
         "seedbench run {wildcards.experiment} --subject {wildcards.subject}"
         " --system {wildcards.system}"
         " --batch-size {wildcards.batch} --max-seq-len {wildcards.max_len}"
-        " --section-json {params.section:q} --peak {input.peak} --out {output} 2> {log}"
+        " --section-json {params.section:q} --peak {input.peak} {params.oracle}"
+        " --out {output} 2> {log}"

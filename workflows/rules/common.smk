@@ -68,6 +68,19 @@ def external_build_stamp(wildcards):
     return []
 
 
+def oracle_input(wildcards):
+    """The end-to-end experiments' points read their float64 oracle from one shared file
+    (`seedbench oracle`), computed once for all the systems at that point."""
+    if not experiments.shares_oracle(wildcards.experiment):
+        return []
+    return [f"{RESULTS}/oracles/{wildcards.experiment}/{wildcards.subject}/"
+            f"b{wildcards.batch}_l{wildcards.max_len}.pt"]
+
+
+def oracle_flag(wildcards, input):
+    return f"--oracle {input.oracle}" if input.oracle else ""
+
+
 # ---- the MegaScale runs (suite.experiments.llm_plan)
 
 LLM_JOBS = {job.path(RESULTS): job for js in llm_plan.jobs(config).values() for job in js}
