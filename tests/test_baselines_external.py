@@ -4,6 +4,7 @@ and the cmake build of a source checkout; plus ONNX Runtime, the other non-torch
 import json
 import shutil
 import sys
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -165,10 +166,15 @@ onnx_ok, onnx_why = baselines.create("onnxruntime").available()
 
 @pytest.mark.skipif(not onnx_ok, reason=onnx_why)
 @pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
-def test_onnxruntime_matches_hf_on_other_shapes_than_the_export(tiny_cfg):
+@pytest.mark.parametrize("name, graph", [("onnxruntime", "ORT_ENABLE_ALL"),
+                                         ("onnxruntime-fused", "transformer-optimizer fused")])
+def test_onnxruntime_matches_hf_on_other_shapes_than_the_export(tiny_cfg, tmp_path,
+                                                                monkeypatch, name, graph):
     model = canonical_model("bert", BertDims(**TINY_MODEL), 32)
-    system = baselines.create("onnxruntime")
+    system = baselines.create(name)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     system.prepare(model, torch.device("cpu"), torch.float32)
+    assert not list(tmp_path.iterdir())  # the exported graph is gone once the session has it
     for lengths, s in (([5, 0, 16, 1], 16), ([32, 7], 32)):  # exported at [2, 16]
         batch = bert_batch(lengths, s, 100, seed=1)
         with torch.inference_mode():
@@ -177,8 +183,8 @@ def test_onnxruntime_matches_hf_on_other_shapes_than_the_export(tiny_cfg):
         out = torch.from_numpy(system.run(batch))
         valid = batch.attention_mask.bool()
         assert (out - ref)[valid].abs().max() < 1e-4
-    assert system.details()["graph"] == "ORT_ENABLE_ALL"
-    rec = run_point(tiny_cfg, "onnxruntime", 3, 16, show_progress=False)
+    assert system.details()["graph"] == graph
+    rec = run_point(tiny_cfg, name, 3, 16, show_progress=False)
     assert rec.status is Status.OK, rec.reason
     assert rec.derived["system"]["export_s"] > 0
 
