@@ -24,8 +24,8 @@ def build_parser() -> argparse.ArgumentParser:
 # enough that imports dominate: forked by a warm server when one can be had (suite.launch.warm).
 # `run`, `serve` and `train` supervise a child of their own that starts warm; `peak` times each
 # library in a fresh process on purpose.
-WARM = ("oracle", "pretrain", "table", "llm-table", "table-step", "scale-table", "analyze",
-        "plot", "report")
+WARM = ("pretrain", "table", "llm-table", "table-step", "scale-table", "analyze", "plot",
+        "report")
 
 
 def main(argv: list[str] | None = None) -> int:

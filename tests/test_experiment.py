@@ -15,6 +15,7 @@ from suite.baselines.registry import baselines
 from suite.baselines.torch_hf import TorchEager
 from suite.experiments import bert_oracle
 from suite.experiments.bert_varlen import run_point
+from suite.models import canonical_model
 from suite.launch.jobs import run_isolated
 from suite.records import Record, Status, read_record
 
@@ -40,38 +41,59 @@ def test_a_point_is_checked_then_timed(tiny_cfg, baseline):
     assert rec.env["packages"]["torch"].startswith(torch.__version__.split("+")[0])
 
 
-def test_a_shared_oracle_file_checks_systems_as_their_own_oracle_would(tiny_cfg, tmp_path):
-    """`seedbench oracle` writes a point's float64 output once; a system checked against it
-    gets the very errors it gets against the oracle it computes itself."""
-    path = tmp_path / "oracle.pt"
-    bert_oracle.write(bert_oracle.compute(tiny_cfg, "bytetransformer", "bert", 3, 16), path)
-    assert not list(tmp_path.glob(".*.part"))  # written whole, then renamed
+def test_the_first_job_of_a_point_shares_its_oracle_and_the_others_read_it(tiny_cfg,
+                                                                         tmp_path):
+    """With an oracle folder, the float64 output is computed by the first job of a point and
+    read by the next; a system checked against it gets the very errors it gets against the
+    oracle it computes itself."""
+    path = tmp_path / "bert_varlen" / "bert" / "b3_l16.pt"
+    first = run_point(tiny_cfg, "torch-eager", 3, 16, show_progress=False, oracle_dir=tmp_path)
+    assert first.correctness["reference_source"] == "computed by this job, shared as b3_l16.pt"
+    assert path.exists() and not list(path.parent.glob(".*.part"))  # written whole
     for system in ("torch-eager", "reference"):
         own = run_point(tiny_cfg, system, 3, 16, show_progress=False)
-        shared = run_point(tiny_cfg, system, 3, 16, show_progress=False, oracle=path)
+        shared = run_point(tiny_cfg, system, 3, 16, show_progress=False, oracle_dir=tmp_path)
         assert shared.status is Status.OK, shared.reason
         assert shared.correctness["max_abs_err"] == own.correctness["max_abs_err"]
         assert own.correctness["reference_source"] == "computed by this job"
-        assert shared.correctness["reference_source"] == "shared file oracle.pt (seedbench oracle)"
+        assert shared.correctness["reference_source"] == "shared file b3_l16.pt (an earlier job's)"
 
 
-@pytest.mark.parametrize("point, field", [
+@pytest.mark.parametrize("made_for, field", [
     ({"batch_size": 4}, "lengths"),  # another point
     ({"model_kind": "distilbert"}, "model"),  # another family
-    ({"experiment": "bert_fixed"}, "distribution"),  # every sequence at full length
+    ({"distribution": "fixed"}, "distribution"),  # every sequence at full length
     ({"seed": 1}, "seed"),
 ])
-def test_an_oracle_of_another_point_fails_the_job_naming_what_differs(tiny_cfg, tmp_path,
-                                                                      point, field):
-    path = tmp_path / "oracle.pt"
-    bert_oracle.write(bert_oracle.compute(tiny_cfg, "bytetransformer", "bert", 3, 16), path)
-    cfg = dataclasses.replace(tiny_cfg, seed=point.get("seed", tiny_cfg.seed))
-    rec = run_point(cfg, "torch-eager", point.get("batch_size", 3), 16, show_progress=False,
-                    experiment=point.get("experiment", "bert_varlen"),
-                    model_kind=point.get("model_kind", "bert"), oracle=path)
-    assert rec.status is Status.FAILED and rec.timing == {}
-    assert rec.reason.startswith(f"ValueError: oracle {path} was made for another point: "
-                                 f"{field} is "), rec.reason
+def test_an_oracle_file_of_another_point_is_replaced_not_used(tiny_cfg, tmp_path, made_for,
+                                                              field):
+    """What an older run left in the folder (or a damaged file) is never taken for this
+    point's oracle: the job computes its own, replaces the file and says why."""
+    cfg = dataclasses.replace(tiny_cfg, seed=made_for.get("seed", tiny_cfg.seed))
+    lengths, batch = bert_oracle.point_inputs(cfg, made_for.get("distribution", "bytetransformer"),
+                                              made_for.get("batch_size", 3), 16)
+    kind = made_for.get("model_kind", "bert")
+    model = canonical_model(kind, cfg.model, cfg.max_len, seed=cfg.seed)
+    path = tmp_path / "bert_varlen" / "bert" / "b3_l16.pt"
+    wrong = bert_oracle.fingerprint(cfg, made_for.get("distribution", "bytetransformer"), kind,
+                                    lengths, batch, model)
+    bert_oracle.write({"fingerprint": wrong, "output": torch.zeros(1)}, path)
+    rec = run_point(tiny_cfg, "torch-eager", 3, 16, show_progress=False, oracle_dir=tmp_path)
+    assert rec.status is Status.OK and rec.correctness["passed"], rec.reason
+    assert rec.correctness["reference_source"].startswith(
+        f"computed by this job, shared as b3_l16.pt; the file there was not this point's "
+        f"(ValueError: oracle {path} was made for another point: {field} is "), rec.correctness
+    again = run_point(tiny_cfg, "torch-eager", 3, 16, show_progress=False, oracle_dir=tmp_path)
+    assert again.correctness["reference_source"] == "shared file b3_l16.pt (an earlier job's)"
+
+
+def test_a_damaged_oracle_file_is_replaced(tiny_cfg, tmp_path):
+    path = tmp_path / "bert_varlen" / "bert" / "b3_l16.pt"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"half a file")
+    rec = run_point(tiny_cfg, "torch-eager", 3, 16, show_progress=False, oracle_dir=tmp_path)
+    assert rec.status is Status.OK and rec.correctness["passed"]
+    assert "the file there was not this point's" in rec.correctness["reference_source"]
 
 
 def test_without_a_peak_the_record_says_so(tiny_cfg):

@@ -27,9 +27,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--config", type=Path, help="workflow config YAML")
     src.add_argument("--section-json", help="the experiment's config section as JSON")
     run.add_argument("--peak", type=Path, help="peak.json from `seedbench peak`")
-    run.add_argument("--oracle", type=Path,
-                     help="the point's reference output from `seedbench oracle` (end-to-end "
-                          "experiments; without it the job computes its own)")
+    run.add_argument("--oracle-dir", type=Path,
+                     help="end-to-end experiments: read the point's float64 reference output "
+                          "from this folder when an earlier job wrote it, else compute it and "
+                          "write it there for the next (without it: computed, not kept)")
     run.add_argument("--out", type=Path, required=True)
     run.add_argument("--in-process", action="store_true",
                      help="run here instead of in a supervised child process")
@@ -67,8 +68,8 @@ def run(args: argparse.Namespace) -> int:
         child += ["--subject", args.subject]
     if args.peak:
         child += ["--peak", str(args.peak)]
-    if args.oracle:
-        child += ["--oracle", str(args.oracle)]
+    if args.oracle_dir:
+        child += ["--oracle-dir", str(args.oracle_dir)]
     run_isolated([sys.executable, "-m", "suite.cli", *child], args.out, failed, cfg.timeout_s,
                  warm=True)
     return 0
@@ -76,9 +77,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _measure(args: argparse.Namespace, cfg, peak):
     runner = experiments.load(experiments.get(args.experiment).runner)
-    if args.oracle and not experiments.shares_oracle(args.experiment):
-        raise SystemExit(f"--oracle: {args.experiment} has no shared oracle (those that do: "
-                         f"{experiments.oracle_experiments()})")
-    extra = {"oracle": args.oracle} if args.oracle else {}
+    if args.oracle_dir and not experiments.shares_oracle(args.experiment):
+        raise SystemExit(f"--oracle-dir: {args.experiment} has no shared oracle (those that "
+                         f"do: {experiments.oracle_experiments()})")
+    extra = {"oracle_dir": args.oracle_dir} if args.oracle_dir else {}
     return runner(cfg, args.experiment, args.subject, args.system, args.batch_size,
                   args.max_seq_len, peak, **extra)

@@ -1,15 +1,21 @@
 """The float64 oracle of one end-to-end BERT point, computed once and read by every system.
 
 Why: every system measured at a point is checked against the same reference output (HF eager
-in float64, each sequence alone: ``reference_output``). Computed in each system's
-job it cost 4.3 s of a ~19 s BERT-base b16 l128 job on a 2-core AVX2 EPYC, seven times over
-for seven systems. ``seedbench oracle`` writes it once per (experiment, subject, point) and
-each ``seedbench run --oracle`` reads it.
+in float64, each sequence alone: ``reference_output``). Computed in each system's job it cost
+4.3 s of a ~19 s BERT-base b16 l128 job on a 2-core AVX2 EPYC, seven times over for seven
+systems. With a shared folder (``seedbench run --oracle-dir``; the workflow's
+``results/<machine>/oracles``, removed when a run succeeds) the first job of a point computes
+it and writes it there, and the others read it.
+
+A cache, not a workflow file: declared as a (temporary) rule output, the oracle of a point
+would have to be made again whenever one of its points is forced to run again (``make
+rerun-noisy``), and Snakemake would then re-run every other system at that point too.
 
 A file is only used for the point it was made for: it carries a fingerprint of everything
 the output depends on (model family, dimensions, seed, lengths, the input tensors, a checksum
-of the weights as this job built them, torch and transformers versions), and ``read`` refuses
-a file whose fingerprint differs from the reading job's, naming the first field that differs.
+of the weights as the job built them, torch and transformers versions). A file whose
+fingerprint differs from the reading job's (an older run's, or a damaged one) is replaced, and
+the record says so.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import hashlib
 import os
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -76,17 +82,20 @@ def _hidden_size(config) -> int:
     return getattr(config, "hidden_size", None) or config.dim  # DistilBERT calls it dim
 
 
-def compute(cfg: BertVarlenConfig, distribution: str, model_kind: str, batch_size: int,
-            max_seq_len: int) -> dict[str, Any]:
-    """The oracle of one point: ``{"fingerprint": ..., "output": float64 tensor}``."""
-    from suite.devices import resolve_device
-    from suite.models import canonical_model
-
-    lengths, batch = point_inputs(cfg, distribution, batch_size, max_seq_len)
-    model = canonical_model(model_kind, cfg.model, cfg.max_len, seed=cfg.seed)
-    output = reference_output(model, batch, resolve_device(cfg.device))
-    return {"fingerprint": fingerprint(cfg, distribution, model_kind, lengths, batch, model),
-            "output": output}
+def shared(path: Path, expected: dict[str, Any],
+           compute: Callable[[], torch.Tensor]) -> tuple[torch.Tensor, str]:
+    """The point's oracle and where it came from: read from ``path`` when an earlier job wrote
+    it for this very point (``expected``: this job's ``fingerprint``), else ``compute()``d here
+    and written to ``path`` for the next job."""
+    stale = ""
+    if path.exists():
+        try:
+            return read(path, expected), f"shared file {path.name} (an earlier job's)"
+        except Exception as e:  # noqa: BLE001 - any unreadable or foreign file is replaced
+            stale = f"; the file there was not this point's ({type(e).__name__}: {e})"
+    output = compute()
+    write({"fingerprint": expected, "output": output}, path)
+    return output, f"computed by this job, shared as {path.name}{stale}"
 
 
 def write(oracle: dict[str, Any], path: Path) -> None:
@@ -104,8 +113,7 @@ def read(path: Path, expected: dict[str, Any]) -> torch.Tensor:
     for key, want in expected.items():
         if found.get(key) != want:
             raise ValueError(f"oracle {path} was made for another point: {key} is "
-                             f"{_short(found.get(key))}, this job's is {_short(want)}; "
-                             f"re-run `seedbench oracle` for this point")
+                             f"{_short(found.get(key))}, this job's is {_short(want)}")
     return oracle["output"]
 
 

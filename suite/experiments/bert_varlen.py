@@ -79,19 +79,19 @@ def point_dict(cfg: BertVarlenConfig, batch_size: int, max_seq_len: int,
 
 def measure_point(cfg: BertVarlenConfig, experiment: str, subject: str | None, system: str,
                   batch_size: int, max_seq_len: int, peak: dict[str, Any] | None,
-                  oracle: Path | None = None) -> Record:
+                  oracle_dir: Path | None = None) -> Record:
     """The registry's runner for the end-to-end experiments: subject is the model family."""
     return run_point(cfg, system, batch_size, max_seq_len, peak, experiment=experiment,
-                     model_kind=subject or "bert", oracle=oracle)
+                     model_kind=subject or "bert", oracle_dir=oracle_dir)
 
 
 def run_point(cfg: BertVarlenConfig, baseline: str, batch_size: int, max_seq_len: int,
               peak: dict[str, Any] | None = None, show_progress: bool = True, *,
               experiment: str = "bert_varlen", model_kind: str = "bert",
-              oracle: Path | None = None) -> Record:
+              oracle_dir: Path | None = None) -> Record:
     """Measure one point. Never raises for a problem of the system: the record says it.
-    ``oracle``: the point's reference output from ``seedbench oracle`` (``bert_oracle``),
-    checked to be this point's; without it the job computes its own."""
+    ``oracle_dir``: where the jobs of a point share its reference output (``bert_oracle``);
+    without it the job computes its own and keeps it to itself."""
     if experiment not in EXPERIMENTS:
         raise ValueError(f"experiment {experiment!r} is not one of {EXPERIMENTS}")
     if model_kind not in KINDS:
@@ -103,14 +103,14 @@ def run_point(cfg: BertVarlenConfig, baseline: str, batch_size: int, max_seq_len
     record = new_record(experiment, baseline, point, cfg.to_dict())
     with outcome(record):
         _run(record, cfg, make_system(experiment, baseline, cfg), batch_size, max_seq_len,
-             peak, show_progress, model_kind, oracle)
+             peak, show_progress, model_kind, oracle_dir)
     record.env = envmod.capture()
     return record
 
 
 def _run(record: Record, cfg: BertVarlenConfig, system: Baseline, batch_size: int,
          max_seq_len: int, peak: dict[str, Any] | None, show_progress: bool,
-         model_kind: str, oracle: Path | None) -> None:
+         model_kind: str, oracle_dir: Path | None) -> None:
     threads = cfg.threads or envmod.usable_cores()
     torch.set_num_threads(threads)
     lengths, batch = point_inputs(cfg, record.point["distribution"], batch_size, max_seq_len)
@@ -124,12 +124,14 @@ def _run(record: Record, cfg: BertVarlenConfig, system: Baseline, batch_size: in
         raise Unavailable(why)
 
     model = canonical_model(model_kind, cfg.model, cfg.max_len, seed=cfg.seed)
-    if oracle is None:
+    if oracle_dir is None:
         reference, source = reference_output(model, batch, device), "computed by this job"
     else:
-        reference = bert_oracle.read(oracle, bert_oracle.fingerprint(
-            cfg, record.point["distribution"], model_kind, lengths, batch, model))
-        source = f"shared file {Path(oracle).name} (seedbench oracle)"
+        reference, source = bert_oracle.shared(
+            Path(oracle_dir) / record.experiment / model_kind / f"b{batch_size}_l{max_seq_len}.pt",
+            bert_oracle.fingerprint(cfg, record.point["distribution"], model_kind, lengths,
+                                    batch, model),
+            lambda: reference_output(model, batch, device))
     system.prepare(model, device, torch_dtype(cfg.dtype))
     if system.times_itself:
         system.set_timing(cfg.timing.as_dict())

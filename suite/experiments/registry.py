@@ -107,8 +107,8 @@ def load(ref: str) -> Callable[..., Any]:
 
 
 # The runner of the end-to-end BERT-family experiments. Their points share one float64
-# oracle per (subject, point): `seedbench oracle` computes it once (a declared file, read
-# by every system's job at that point) instead of once per system.
+# oracle per (subject, point): the first system's job computes it and leaves it in a folder
+# (`seedbench run --oracle-dir`) where the others read it (suite.experiments.bert_oracle).
 END_TO_END_RUNNER = "suite.experiments.bert_varlen:measure_point"
 _BT_LATENCY = "bytetransformer_readme_a100_fp16_latency.csv"
 _BT_CLAIMS = "bytetransformer_abstract_claims.csv"
@@ -314,7 +314,7 @@ def get(name: str) -> ExperimentSpec:
 
 
 def shares_oracle(name: str) -> bool:
-    """Whether ``name``'s points read a shared oracle file (``END_TO_END_RUNNER``)."""
+    """Whether ``name``'s points share their oracle (``END_TO_END_RUNNER``)."""
     return get(name).runner == END_TO_END_RUNNER
 
 

@@ -16,27 +16,10 @@ rule external_build:
         " --jobs {threads} > {log} 2>&1"
 
 
-# The float64 reference output of a point, shared by every system measured there; removed once
-# they all have run (temp).
-rule bert_oracle:
-    output:
-        temp(f"{RESULTS}/oracles/{{experiment}}/{{subject}}/b{{batch}}_l{{max_len}}.pt"),
-    log:
-        f"{RESULTS}/logs/{{experiment}}/{{subject}}_oracle_b{{batch}}_l{{max_len}}.log",
-    params:
-        section=lambda wildcards: BERT_SECTION,
-    threads: TIMED_THREADS
-    shell:
-        "seedbench oracle {wildcards.experiment} --subject {wildcards.subject}"
-        " --batch-size {wildcards.batch} --max-seq-len {wildcards.max_len}"
-        " --section-json {params.section:q} --out {output} 2> {log}"
-
-
 rule bert_point:
     input:
         peak=rules.peak.output[0],
         build=external_build_stamp,
-        oracle=oracle_input,
     output:
         f"{RESULTS}/{{experiment}}/{{subject}}/{{system}}/b{{batch}}_l{{max_len}}.json",
     log:
@@ -52,3 +35,9 @@ rule bert_point:
         " --batch-size {wildcards.batch} --max-seq-len {wildcards.max_len}"
         " --section-json {params.section:q} --peak {input.peak} {params.oracle}"
         " --out {output} 2> {log}"
+
+
+# The points' shared oracles (ORACLE_DIR) are a cache of this run: gone once it has succeeded;
+# an interrupted run keeps them for its resumption.
+onsuccess:
+    shutil.rmtree(ORACLE_DIR, ignore_errors=True)

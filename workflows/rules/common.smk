@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import shutil
 
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
@@ -68,17 +69,14 @@ def external_build_stamp(wildcards):
     return []
 
 
-def oracle_input(wildcards):
-    """The end-to-end experiments' points read their float64 oracle from one shared file
-    (`seedbench oracle`), computed once for all the systems at that point."""
-    if not experiments.shares_oracle(wildcards.experiment):
-        return []
-    return [f"{RESULTS}/oracles/{wildcards.experiment}/{wildcards.subject}/"
-            f"b{wildcards.batch}_l{wildcards.max_len}.pt"]
+# The end-to-end experiments' points share their float64 oracle through this folder: the first
+# system's job at a point computes it, the others read it (suite.experiments.bert_oracle). A
+# cache of the run, removed when the run succeeds (bert_varlen.smk).
+ORACLE_DIR = f"{RESULTS}/oracles"
 
 
-def oracle_flag(wildcards, input):
-    return f"--oracle {input.oracle}" if input.oracle else ""
+def oracle_flag(wildcards):
+    return f"--oracle-dir {ORACLE_DIR}" if experiments.shares_oracle(wildcards.experiment) else ""
 
 
 # ---- the MegaScale runs (suite.experiments.llm_plan)

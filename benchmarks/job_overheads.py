@@ -1,0 +1,151 @@
+"""What a job pays before it measures, and what the shared oracle and the warm launchers save:
+each pair timed end to end, interleaved, in one run on one machine.
+
+- **Shared oracle**: one BERT point job of the config (`seedbench run`, as the bert_point rule
+  calls it) reading the point's oracle from the shared folder (`--oracle-dir`, where the first
+  job of the point wrote it) against the same job computing its own (no folder). The first
+  job, which computes and writes it, is timed apart: a point with N systems saves about
+  (N - 1) x (own - shared).
+- **Warm launcher**: a two-rank DDP training job (`seedbench train`, as the llm_point rule
+  calls it) whose torchrun agent is forked warm (`python -m torch.distributed.run`, the
+  default) against the same job started by the `torchrun` console script (a cold interpreter
+  importing torch). Both start their ranks warm.
+
+    .venv/bin/python benchmarks/job_overheads.py [--config workflows/config/quick.yaml] [--reps 3]
+
+Writes --out (JSON: every wall time, the medians and their differences) and prints a summary.
+Run it on an otherwise idle machine: each job claims every core, as in the workflow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from statistics import median
+
+from suite import env as envmod
+from suite.config import BertVarlenConfig, load
+from suite.experiments import llm_plan
+from suite.experiments.plan import jobs
+from suite.launch import jobs as launch
+from suite.launch import warm
+from suite.trainers import registry as trainers
+
+SEEDBENCH = str(Path(sys.executable).with_name("seedbench"))
+
+
+def _wall(cmd: list[str], env: dict[str, str] | None = None) -> float:
+    start = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   env=env)
+    return time.perf_counter() - start
+
+
+def _ok(out: Path, what: str) -> dict:
+    record = json.loads(out.read_text())
+    if record["status"] != "ok":
+        raise SystemExit(f"{what}: status {record['status']} ({record.get('reason')})")
+    return record
+
+
+def oracle_pair(cfg: BertVarlenConfig, reps: int, tmp: Path) -> dict:
+    """The bert_varlen point of the config, its padded baseline's job with and without the
+    shared oracle."""
+    job = next(j for js in jobs(cfg).values() for j in js
+               if j.experiment == "bert_varlen" and j.system == cfg.padded_baseline)
+    folder, out = tmp / "oracles", tmp / "point.json"
+    run = [SEEDBENCH, "run", job.experiment, "--subject", job.subject, "--system", job.system,
+           "--batch-size", str(job.batch_size), "--max-seq-len", str(job.max_seq_len),
+           "--section-json", json.dumps(cfg.to_dict()), "--out", str(out)]
+    shared = [*run, "--oracle-dir", str(folder)]
+    want = {"first": "computed by this job, shared", "own": "computed by this job",
+            "shared": "shared file"}
+    times: dict[str, list[float]] = {"first": [], "own": [], "shared": []}
+    for rep in range(reps):
+        shutil.rmtree(folder, ignore_errors=True)
+        order = ("first", "own", "shared") if rep % 2 == 0 else ("first", "shared", "own")
+        for mode in order:
+            times[mode].append(_wall(run if mode == "own" else shared))
+            source = _ok(out, mode)["correctness"]["reference_source"]
+            if not (source == want[mode] if mode == "own" else source.startswith(want[mode])):
+                raise SystemExit(f"{mode}: the record's reference was {source!r}")
+    med = {k: median(v) for k, v in times.items()}
+    return {"point": job._asdict(), "times_s": times, "median_s": med,
+            "saved_per_system_job_s": med["own"] - med["shared"]}
+
+
+def launcher_pair(config: dict, reps: int, tmp: Path) -> dict:
+    """The first two-rank torchrun job the config plans, its agent forked warm or cold."""
+    job = next(j for js in llm_plan.jobs(config).values() for j in js
+               if j.nprocs == 2 and j.nnodes == 1
+               and trainers.create(j.trainer).launcher == "torchrun")
+    out, steps = tmp / "train.json", tmp / "train.steps.jsonl"
+    args = ["--experiment", job.experiment, "--train-json", json.dumps(job.train),
+            "--trainer", job.trainer,
+            "--check-steps", str(job.check_steps), "--out", str(out), "--steplog", str(steps)]
+    warm_cmd = launch.command(job.trainer, 2, args, warm=True)
+    if warm_cmd[:3] != [sys.executable, "-m", "torch.distributed.run"]:
+        raise SystemExit(f"unexpected launcher line {warm_cmd[:3]}")
+    cold_cmd = [str(Path(sys.executable).with_name("torchrun")), *warm_cmd[3:]]
+
+    def supervised(cmd: list[str], warm_agent: bool) -> float:
+        start = time.perf_counter()
+        launch.run_isolated(cmd, out, None, 600, warm=warm_agent)
+        elapsed = time.perf_counter() - start
+        if _ok(out, "train")["env"]["process_start"] != "warm fork":
+            raise SystemExit("the ranks did not start warm")
+        return elapsed
+
+    times: dict[str, list[float]] = {"cold_agent": [], "warm_agent": []}
+    for rep in range(reps):
+        order = ("cold_agent", "warm_agent") if rep % 2 == 0 else ("warm_agent", "cold_agent")
+        for mode in order:
+            times[mode].append(supervised(warm_cmd if mode == "warm_agent" else cold_cmd,
+                                          mode == "warm_agent"))
+    med = {k: median(v) for k, v in times.items()}
+    return {"job": {"experiment": job.experiment, "label": job.label, "trainer": job.trainer},
+            "times_s": times, "median_s": med,
+            "saved_per_job_s": med["cold_agent"] - med["warm_agent"]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", type=Path, default=Path("workflows/config/quick.yaml"))
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=Path("reports/benchmarks/job_overheads.json"))
+    args = parser.parse_args()
+    ok, why = warm.enabled()
+    if not ok:
+        raise SystemExit(f"warm starts are off here: {why}")
+    config = load(args.config)
+    cfg = BertVarlenConfig.from_dict(config["bert_varlen"])
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # what torchrun gives ranks either way
+    with tempfile.TemporaryDirectory() as tmp:
+        oracle = oracle_pair(cfg, args.reps, Path(tmp))
+        launcher = launcher_pair(config, args.reps, Path(tmp))
+    result = {"benchmark": "job_overheads", "config": str(args.config), "reps": args.reps,
+              "machine": envmod.machine_slug(), "cpu_model": envmod.cpu_model(),
+              "git": envmod.git_state(), "oracle": oracle, "launcher": launcher}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1))
+    o, la = oracle["median_s"], launcher["median_s"]
+    p = oracle["point"]
+    print(f"oracle, {p['experiment']} {p['system']} b{p['batch_size']}_l{p['max_seq_len']}: "
+          f"own {o['own']:.1f} s, shared {o['shared']:.1f} s "
+          f"({oracle['saved_per_system_job_s']:.1f} s a system job); the first job, "
+          f"which writes it, {o['first']:.1f} s", file=sys.stderr)
+    print(f"launcher, {launcher['job']['experiment']} {launcher['job']['trainer']}: cold agent "
+          f"{la['cold_agent']:.1f} s, warm agent {la['warm_agent']:.1f} s "
+          f"({launcher['saved_per_job_s']:.1f} s a job) -> {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
