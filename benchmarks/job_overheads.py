@@ -19,7 +19,6 @@ Run it on an otherwise idle machine: each job claims every core, as in the workf
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -30,12 +29,11 @@ import time
 from pathlib import Path
 from statistics import median
 
-from suite import env as envmod
+import common
 from suite.config import BertVarlenConfig, load
 from suite.experiments import llm_plan
 from suite.experiments.plan import jobs
 from suite.launch import jobs as launch
-from suite.launch import warm
 from suite.trainers import registry as trainers
 
 SEEDBENCH = str(Path(sys.executable).with_name("seedbench"))
@@ -116,25 +114,14 @@ def launcher_pair(config: dict, reps: int, tmp: Path) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", type=Path, default=Path("workflows/config/quick.yaml"))
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=Path("reports/benchmarks/job_overheads.json"))
-    args = parser.parse_args()
-    ok, why = warm.enabled()
-    if not ok:
-        raise SystemExit(f"warm starts are off here: {why}")
+    args = common.arguments(__doc__, "job_overheads", reps=3)
     config = load(args.config)
     cfg = BertVarlenConfig.from_dict(config["bert_varlen"])
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # what torchrun gives ranks either way
     with tempfile.TemporaryDirectory() as tmp:
         oracle = oracle_pair(cfg, args.reps, Path(tmp))
         launcher = launcher_pair(config, args.reps, Path(tmp))
-    result = {"benchmark": "job_overheads", "config": str(args.config), "reps": args.reps,
-              "machine": envmod.machine_slug(), "cpu_model": envmod.cpu_model(),
-              "git": envmod.git_state(), "oracle": oracle, "launcher": launcher}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1))
+    common.write("job_overheads", args, {"oracle": oracle, "launcher": launcher})
     o, la = oracle["median_s"], launcher["median_s"]
     p = oracle["point"]
     print(f"oracle, {p['experiment']} {p['system']} b{p['batch_size']}_l{p['max_seq_len']}: "

@@ -11,7 +11,6 @@ a table. Run it on an otherwise idle machine: each job claims every core, as in 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -21,7 +20,7 @@ import time
 from pathlib import Path
 from statistics import median
 
-from suite import env as envmod
+import common
 from suite.config import BertVarlenConfig, load
 from suite.experiments.plan import jobs
 from suite.launch import warm
@@ -58,14 +57,7 @@ def time_job(job, section: str, out: Path, warm_on: bool) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", type=Path, default=Path("workflows/config/quick.yaml"))
-    parser.add_argument("--reps", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=Path("reports/benchmarks/warm_start.json"))
-    args = parser.parse_args()
-    ok, why = warm.enabled()
-    if not ok:
-        raise SystemExit(f"warm starts are off here: {why}")
+    args = common.arguments(__doc__, "warm_start", reps=2)
     cfg = BertVarlenConfig.from_dict(load(args.config)["bert_varlen"])
     section = json.dumps(cfg.to_dict())
     start = time.perf_counter()  # the server this environment's jobs will use
@@ -88,13 +80,10 @@ def main() -> int:
                   f"warm {median(times['warm']):5.1f} s", file=sys.stderr)
     cold = sum(median(r["cold_s"]) for r in rows)
     warm_sum = sum(median(r["warm_s"]) for r in rows)
-    result = {"benchmark": "warm_start", "config": str(args.config), "reps": args.reps,
-              "machine": envmod.machine_slug(), "cpu_model": envmod.cpu_model(),
-              "git": envmod.git_state(), "server_start_s": server_start_s, "jobs": rows,
+    result = {"server_start_s": server_start_s, "jobs": rows,
               "median_sum_cold_s": cold, "median_sum_warm_s": warm_sum,
               "saved_per_job_s": (cold - warm_sum) / len(rows), "warm_over_cold": warm_sum / cold}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1))
+    common.write("warm_start", args, result)
     print(f"{len(rows)} jobs, medians summed: cold {cold:.1f} s, warm {warm_sum:.1f} s "
           f"(warm/cold {warm_sum / cold:.2f}, {result['saved_per_job_s']:.1f} s saved a job); "
           f"server start {server_start_s:.1f} s once -> {args.out}", file=sys.stderr)
