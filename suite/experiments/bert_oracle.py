@@ -45,7 +45,7 @@ def fingerprint(cfg: BertVarlenConfig, distribution: str, model_kind: str,
     for t in (batch.input_ids, batch.attention_mask, batch.token_type_ids):
         inputs.update(t.contiguous().cpu().numpy().tobytes())
     with torch.no_grad():  # equal code and versions build equal weights: bit-equal sums
-        weights = sum(float(p.detach().double().sum()) for p in model.parameters())
+        weights = sum(float(p.sum(dtype=torch.float64)) for p in model.parameters())
     return {"format": FORMAT, "model": model_kind, "dims": asdict(cfg.model),
             "max_position": cfg.max_len, "seed": cfg.seed, "distribution": distribution,
             "lengths": list(lengths), "max_seq_len": int(batch.input_ids.shape[1]),

@@ -36,7 +36,6 @@ from suite.mfu import bert_encoder_flops
 from suite.models import KINDS, canonical_model
 from suite.devices import resolve_device, torch_dtype
 from suite.experiments import bert_oracle, registry
-from suite.experiments.bert_oracle import point_inputs, reference_output
 from suite.peak.libraries import observe_gemm_library
 from suite.peak.schema import efficiency
 from suite.records import Record, Status, new_record, outcome
@@ -113,7 +112,8 @@ def _run(record: Record, cfg: BertVarlenConfig, system: Baseline, batch_size: in
          model_kind: str, oracle_dir: Path | None) -> None:
     threads = cfg.threads or envmod.usable_cores()
     torch.set_num_threads(threads)
-    lengths, batch = point_inputs(cfg, record.point["distribution"], batch_size, max_seq_len)
+    distribution = record.point["distribution"]
+    lengths, batch = bert_oracle.point_inputs(cfg, distribution, batch_size, max_seq_len)
     record.workload = {"lengths": lengths, "total_tokens": sum(lengths),
                        "padded_tokens": batch_size * max_seq_len,
                        **flop_bounds(lengths, max_seq_len)}
@@ -125,13 +125,13 @@ def _run(record: Record, cfg: BertVarlenConfig, system: Baseline, batch_size: in
 
     model = canonical_model(model_kind, cfg.model, cfg.max_len, seed=cfg.seed)
     if oracle_dir is None:
-        reference, source = reference_output(model, batch, device), "computed by this job"
+        reference = bert_oracle.reference_output(model, batch, device)
+        source = "computed by this job"
     else:
         reference, source = bert_oracle.shared(
             Path(oracle_dir) / record.experiment / model_kind / f"b{batch_size}_l{max_seq_len}.pt",
-            bert_oracle.fingerprint(cfg, record.point["distribution"], model_kind, lengths,
-                                    batch, model),
-            lambda: reference_output(model, batch, device))
+            bert_oracle.fingerprint(cfg, distribution, model_kind, lengths, batch, model),
+            lambda: bert_oracle.reference_output(model, batch, device))
     system.prepare(model, device, torch_dtype(cfg.dtype))
     if system.times_itself:
         system.set_timing(cfg.timing.as_dict())
