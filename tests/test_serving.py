@@ -276,11 +276,13 @@ def test_a_tiny_bert_serves_offline_and_server_through_loadgen(tmp_path, name):
                           lengths, system.run_batch, system.policy, tmp_path / "offline")
     assert offline.valid or offline.reasons == ["Min duration satisfied"], offline.summary
     assert offline.qps() > 0 and max(offline.sizes) == 4
-    server = loadgen.run(loadgen.RunSettings("Server", target_qps=100, latency_bound_s=0.5,
+    # 50 QPS: half of what the tiny model kept up with on a busy 2-core CI worker (at 100 it
+    # fell behind there while the workflow tests ran beside it, and the run was INVALID)
+    server = loadgen.run(loadgen.RunSettings("Server", target_qps=50, latency_bound_s=0.5,
                                              min_duration_s=0.5, min_queries=QUERIES),
                          lengths, system.run_batch, system.policy, tmp_path / "server")
     assert server.valid, server.summary
-    assert 90 < server.qps() < 110 and server.latency_s(99) < 0.5
+    assert 45 < server.qps() < 55 and server.latency_s(99) < 0.5
     assert (tmp_path / "server" / "mlperf_log_summary.txt").read_text().count("VALID")
 
 
