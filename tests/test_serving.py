@@ -286,6 +286,35 @@ def test_a_tiny_bert_serves_offline_and_server_through_loadgen(tmp_path, name):
     assert (tmp_path / "server" / "mlperf_log_summary.txt").read_text().count("VALID")
 
 
+def test_a_batch_on_a_gpu_completes_only_once_its_kernels_have_run(monkeypatch):
+    """LoadGen is told of a batch when run_batch returns; the baselines return with their CUDA
+    kernels queued, so the system waits for the device first (the first H200 run lacked it)."""
+    from suite.serving import systems
+
+    events = []
+
+    class Baseline:
+        def run(self, batch):
+            events.append(("run", batch))
+            return "queued output"
+
+    class Library:
+        def batch(self, indices, device):
+            return (tuple(indices), device.type)
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: events.append(
+        ("synchronize", torch.device(device).type)))
+    gpu = systems.ServingSystem("packed-reference", Baseline(), BatchPolicy(4, 0.01),
+                                Library(), torch.device("cuda", 0))
+    assert gpu.run_batch([3, 1]) == "queued output"
+    assert events == [("run", ((3, 1), "cuda")), ("synchronize", "cuda")]
+    events.clear()
+    cpu = systems.ServingSystem("packed-reference", Baseline(), BatchPolicy(4, 0.01),
+                                Library(), torch.device("cpu"))
+    cpu.run_batch([0])
+    assert events == [("run", ((0,), "cpu"))]  # a CPU call is done when it returns
+
+
 def test_a_server_point_records_its_search_and_an_offline_point_its_throughput(tmp_path):
     from suite.serving.point import ServingPlan, measure
 

@@ -57,7 +57,8 @@ class Baseline(ABC):
     @abstractmethod
     def run(self, batch: BertBatch) -> Any:
         """Forward one batch already on the device; return the last hidden state ``[B, S, H]``
-        (a tensor or array). Must not return before the computation has finished."""
+        (a tensor or array). On a GPU it may return with its kernels still queued, as PyTorch
+        does: whoever times it synchronizes (``suite.measure.timing``, the serving systems)."""
 
     def set_timing(self, policy: dict[str, Any]) -> None:
         """For ``times_itself`` baselines: the timing policy to apply (before the first run).

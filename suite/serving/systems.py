@@ -46,6 +46,13 @@ def policy_for(batching: str, max_batch: int, window_s: float,
     return BatchPolicy(max_batch, window_s, tuple(buckets) if batching == "bucketed" else ())
 
 
+def finish(device: torch.device) -> None:
+    """Wait for the work queued on ``device`` (CUDA launches are asynchronous; CPU work is
+    done when the call returns)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 class RequestLibrary:
     """LoadGen's sample library: one request per length, token ids drawn once (seeded)."""
 
@@ -75,7 +82,11 @@ class ServingSystem:
     device: torch.device
 
     def run_batch(self, indices: list[int]) -> Any:
-        return self.baseline.run(self.library.batch(indices, self.device))
+        """The batch's output, computed: LoadGen is told of a batch's completion when this
+        returns, and on a GPU the baselines return with their kernels still queued."""
+        out = self.baseline.run(self.library.batch(indices, self.device))
+        finish(self.device)
+        return out
 
     def check(self, indices: Sequence[int], oracle: torch.Tensor, dtype: str, logs: Path,
               timeout_s: float = 600.0) -> dict[str, Any]:
