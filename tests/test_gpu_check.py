@@ -91,3 +91,18 @@ def test_a_tuning_file_is_checked(tmp_path):
         load_tuning(str(bad))
     with pytest.raises(ValueError, match="block_m=48 must be a power of two"):
         Tuning(block_m=48)
+
+
+def test_steps_runs_only_the_named_steps_and_a_wrong_name_lists_the_pack(tmp_path):
+    """What a second call on a warm machine runs after a cut-off first one."""
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "suite.cli", "gpu-check", "--dry", "--out",
+                           str(out), "--steps", "env", "peak"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    steps = json.loads((out / "steps.json").read_text())["steps"]
+    assert [(s["step"], s["status"]) for s in steps] == [("env", "ok"), ("peak", "ok")], \
+        done.stderr[-2000:]
+    bad = subprocess.run([sys.executable, "-m", "suite.cli", "gpu-check", "--dry", "--out",
+                          str(tmp_path / "bad"), "--steps", "serve"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "['serve']" in bad.stderr and "'serving'" in bad.stderr

@@ -6,7 +6,6 @@ import argparse
 from pathlib import Path
 
 
-
 def add_parser(sub: argparse._SubParsersAction) -> None:
     gpu = sub.add_parser("gpu-check", help="the GPU half in one short lease (kernel tests, "
                                            "autotune, MHA, BERT, ladder, ~1B GPT) -> OUT")
@@ -16,12 +15,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                      help="rehearse every step on CPU at tiny sizes (Triton interpreted)")
     gpu.add_argument("--budget-s", type=float, default=480.0,
                      help="no step starts after this many seconds (480)")
+    gpu.add_argument("--steps", nargs="+", metavar="STEP",
+                     help="only these steps, in the pack's order (e.g. the ones a cut-off run "
+                          "skipped; without tune, the kernels run their default launch)")
 
 
 def run(args: argparse.Namespace) -> int:
     from suite.gpu.pack import run
 
-    steps = run(args.out, dry=args.dry, budget_s=args.budget_s)["steps"]
+    steps = run(args.out, dry=args.dry, budget_s=args.budget_s, only=args.steps)["steps"]
     for step in steps:
         print(f"{step['step']:8s} {step['status']:8s} {step.get('seconds', '')}")
     return 0 if all(s["status"] == "ok" for s in steps) else 1

@@ -15,15 +15,16 @@ the workflow writes them), each step's outcome and time in ``steps.json``:
   mha        varlen Triton vs padded matmul+mask+softmax+matmul vs padded SDPA, b16 x 128-1024
   bert       end-to-end BERT-base: the reference vs HF eager, SDPA, torch.compile, torch-nested
   gpt        a ~1B-parameter GPT trained in bf16 on one GPU: MFU against the datasheet peak
-  gemm_shapes  the scale model's GEMM-from-shape term: the layer GEMMs of the published H100
-             runs timed in bf16 beside the model's predicted efficiency (``suite.scale.probe``)
-  attention_kernels  SDPA's FlashAttention, cuDNN and memory-efficient kernels, causal, head
-             dimension 128, 2k-32k tokens, forward and backward as fractions of peak beside
-             the fractions the scale model assumes
-  ladder     the ByteTransformer ablation ladder at one point
   serving    BERT-base served under MLPerf LoadGen in fp16: padded and length-bucketed
              dynamic batching against padding-free packing, Offline and the highest Server
              QPS VALID at a p99 bound
+  ladder     the ByteTransformer ablation ladder at one point
+  attention_kernels  SDPA's FlashAttention, cuDNN and memory-efficient kernels, causal, head
+             dimension 128, 2k-32k tokens, forward and backward as fractions of peak beside
+             the fractions the scale model assumes
+  gemm_shapes  the scale model's GEMM-from-shape term: the layer GEMMs of the published H100
+             runs timed in bf16 beside the model's predicted efficiency (``suite.scale.probe``),
+             with the SM clock and board power NVML reads under each
 
 A step that would start past the time budget is recorded as skipped. Records go under
 ``<machine>/...`` (the workflow's layout and machine name, e.g. ``1x-nvidia-h200``), packed into
@@ -79,6 +80,7 @@ GPU = Sizes(
          "compile": True, "device": "cuda"},
     timing={"warmup": 3, "min_repeats": 10, "min_time_s": 0.3},
     tune_shapes=(128, 256, 512, 1024),
+    peak_sizes=(8192, 16384),
     # a padded fp16 BERT-base batch of 32 x 128 takes a few ms on a Hopper GPU: a 50 ms p99
     # bound leaves room to batch; each offered load is >= 500 queries, >= 2 s
     serving={"systems": ["padded-torch-sdpa", "bucketed-torch-sdpa", "packed-reference"],
@@ -185,10 +187,16 @@ class Pack:
         return json.loads(out.read_text())["status"]
 
 
-def run(out: Path, dry: bool = False, budget_s: float = BUDGET_S) -> dict[str, Any]:
-    """Every step in order; returns the contents of ``steps.json``."""
+def run(out: Path, dry: bool = False, budget_s: float = BUDGET_S,
+        only: list[str] | None = None) -> dict[str, Any]:
+    """Every step in order (or those named in ``only``); returns the contents of
+    ``steps.json``."""
     from suite.gpu.steps import STEPS
 
+    names = [name for name, _ in STEPS]
+    unknown = sorted(set(only or ()) - set(names))
+    if unknown:
+        raise ValueError(f"gpu-check steps {unknown}: not steps of the pack; its steps: {names}")
     out.mkdir(parents=True, exist_ok=True)
     if dry:  # the autotune runs in this process: Triton must be interpreted before its import
         os.environ["TRITON_INTERPRET"] = "1"
@@ -201,7 +209,8 @@ def run(out: Path, dry: bool = False, budget_s: float = BUDGET_S) -> dict[str, A
         pack.save()
         return json.loads((out / "steps.json").read_text())
     for name, fn in STEPS:
-        pack.step(name, lambda fn=fn: fn(pack))
+        if only is None or name in only:
+            pack.step(name, lambda fn=fn: fn(pack))
     return json.loads((out / "steps.json").read_text())
 
 

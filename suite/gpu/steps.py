@@ -142,6 +142,32 @@ def _time_ms(fn, device) -> float:
     return (time.perf_counter() - t0) * 1e3
 
 
+def _under_load(fn, ms: float, device) -> dict[str, float]:
+    """The SM clock (MHz) and board power (W) NVML reads while ``fn`` (``ms`` each) runs for
+    about 0.2 s: whether a GEMM ran below the clock its peak assumes (the H200 run measured
+    large GEMMs at a lower fraction of peak than medium ones). {} off CUDA or without NVML."""
+    if device.type != "cuda":
+        return {}
+    try:
+        import pynvml
+    except ImportError:
+        return {}
+    import torch
+
+    pynvml.nvmlInit()
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(device.index or 0)
+        for _ in range(max(2, math.ceil(200 / max(ms, 1e-3)))):
+            fn()
+        time.sleep(0.05)  # read under load: the queue holds about 0.2 s of work
+        reading = {"sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
+                   "power_w": pynvml.nvmlDeviceGetPowerUsage(handle) / 1e3}
+        torch.cuda.synchronize(device)
+        return reading
+    finally:
+        pynvml.nvmlShutdown()
+
+
 def _choose(rows: list[dict[str, Any]], default):
     """The fastest correct short and long launches (summed over the lengths each ran at), and
     short_seq_max: the longest length at which the best short launch beat the best long one."""
@@ -178,7 +204,10 @@ def peak(pack) -> dict[str, Any]:
     dtypes = ["fp16", "bf16"] if device == "cuda" else ["fp32"]
     out = pack.results / "peak.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    args = ["peak", "--device", device, "--dtypes", *dtypes, "--repeats", "2",
+    # on a GPU 5 repeats at 8k and 16k: the first H200 run's 2 at 4k and 8k (one product and a
+    # host sync each) measured 667 TFLOP/s, below the 790 its own layer GEMMs reached
+    args = ["peak", "--device", device, "--dtypes", *dtypes,
+            "--repeats", "5" if device == "cuda" else "2",
             "--sizes", *map(str, pack.sizes.peak_sizes), "--out", str(out)]
     if device == "cpu":
         args += ["--libraries", "torch.matmul"]
@@ -204,10 +233,12 @@ def gemm_shapes(pack) -> dict[str, Any]:
     dtype, hw, runs = _probe_runs(pack)
     shapes = probe.probe_shapes(runs, hw, pack.sizes.extra.get("probe_shapes", 40))
     rows = []
-    g = torch.Generator().manual_seed(0)
+    # drawn on the device: the largest operands hold billions of elements (drawn on the CPU,
+    # they took most of the step's 171 s on the first H200 run)
+    g = torch.Generator(device=device).manual_seed(0)
     for shape in shapes:
-        a = torch.randn(shape.m, shape.k, generator=g).to(device, dtype)
-        b = torch.randn(shape.k, shape.n, generator=g).to(device, dtype)
+        a = torch.randn(shape.m, shape.k, generator=g, device=device, dtype=dtype)
+        b = torch.randn(shape.k, shape.n, generator=g, device=device, dtype=dtype)
         reference = a.double() @ b.double() if device.type == "cpu" else a.float() @ b.float()
         err = ((a @ b).to(reference.dtype) - reference).abs().max().item() / \
             reference.abs().max().item()
@@ -218,7 +249,8 @@ def gemm_shapes(pack) -> dict[str, Any]:
         if row["correct"]:
             ms = _time_ms(lambda a=a, b=b: a @ b, device)
             row.update(ms=ms, tflops=shape.flops / ms / 1e9,
-                       fraction_of_peak=shape.flops / (ms / 1e3) / hw.peak_flops)
+                       fraction_of_peak=shape.flops / (ms / 1e3) / hw.peak_flops,
+                       **_under_load(lambda a=a, b=b: a @ b, ms, device))
         rows.append(row)
         del a, b, reference
     summary = probe.summarize(rows)
@@ -429,6 +461,7 @@ def _statuses(statuses: dict[str, str]) -> dict[str, Any]:
     return {"records": statuses, **({"status": "failed"} if bad else {})}
 
 
+# serving before the scale model's probes: the first H200 run measured those, and not serving
 STEPS = (("env", env), ("kernels", kernels), ("tune", tune), ("peak", peak), ("mha", mha),
-         ("bert", bert), ("gpt", gpt), ("gemm_shapes", gemm_shapes),
-         ("attention_kernels", attention_kernels), ("ladder", ladder), ("serving", serving))
+         ("bert", bert), ("gpt", gpt), ("serving", serving), ("ladder", ladder),
+         ("attention_kernels", attention_kernels), ("gemm_shapes", gemm_shapes))
