@@ -57,6 +57,18 @@ def test_table_rows_carry_mfu_with_formula_and_peak(ablation):
         100 * sw.tokens_per_s * r.flops_per_token / sw.peak_flops)
 
 
+def test_the_mfu_label_names_the_peak_the_runs_divided_by(ablation):
+    """A GPU run's MFU divides by the datasheet peak: its headline and figure say so, not
+    "the measured peak" (the first H200 run's did)."""
+    from suite.analysis.llm_tables import mfu_denominator
+
+    assert mfu_denominator(ablation.peak_source) == "the measured peak"
+    assert mfu_denominator(["H200 bf16 datasheet dense", None]) == \
+        "the H200 bf16 datasheet dense peak"
+    assert mfu_denominator(["H200 bf16 datasheet dense", "measured fp32 GEMM peak: x"]) == \
+        "each run's peak (table)"
+
+
 def test_ablation_gains_beside_the_papers(ablation):
     rows = ablation_vs_paper(ablation, TABLE3)
     assert pd.isna(rows.gain_points[0]) and pd.isna(rows.paper_gain_points[0])

@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from suite.analysis.analyze import AnalysisInputs
+from suite.analysis.llm_tables import mfu_denominator
 from suite.experiments.bert_names import ladder_name
 from reference_impl.switches import LADDER
 
@@ -101,7 +102,8 @@ def llm_best_mfu(inputs: AnalysisInputs) -> Headline | None:
     if ok.empty or ok.mfu_percent.isna().all():
         return None
     best = ok.loc[ok.mfu_percent.idxmax()]
-    return Headline("best training MFU (of the measured peak)", float(best.mfu_percent), "%",
+    return Headline(f"best training MFU (of {mfu_denominator(ok.peak_source)})",
+                    float(best.mfu_percent), "%",
                     f"{best.label}, {best.system}")
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from suite.analysis.figure_io import FigureData, plt, save_figure  # plt: the Agg backend set
+from suite.analysis.llm_tables import mfu_denominator
 
 DATASET_NAMES = {"megascale_table2": "MegaScale Table 2 (175B)",
                  "megascale_fig9": "MegaScale Fig. 9 (530B)",
@@ -125,7 +126,7 @@ def _mfu_figure(table: pd.DataFrame, out: Path, title: str) -> list[Path]:
     fig, axes = plt.subplots(1, 2, figsize=(max(8, 1.3 * len(ok) + 4), 4.2),
                              constrained_layout=True)
     _bars(axes[0], labels, ok.mfu_percent, [f"{v:.0f} tok/s" for v in ok.tokens_per_s],
-          "MFU (% of the measured peak)", "MFU (model FLOPs, no recompute)")
+          f"MFU (% of {mfu_denominator(ok.peak_source)})", "MFU (model FLOPs, no recompute)")
     _bars(axes[1], labels, ok.peak_mem_mb, [f"{v:.0f}" for v in ok.peak_mem_mb],
           "MiB", "peak memory of rank 0")
     fig.suptitle(title)

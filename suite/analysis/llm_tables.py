@@ -56,6 +56,15 @@ def llm_row(path: Path) -> dict:
     }
 
 
+def mfu_denominator(peak_sources: Iterable[str | None]) -> str:
+    """What the MFU of these runs divides by, for a label: "the measured peak" when every run
+    used a measured one (CPUs), the datasheet peak by name when they share it (GPUs)."""
+    sources = {str(s) for s in peak_sources if s and not pd.isna(s)}
+    if not sources or all(s.startswith("measured") for s in sources):
+        return "the measured peak"
+    return f"the {sources.pop()} peak" if len(sources) == 1 else "each run's peak (table)"
+
+
 def _steplog(record: Path, recorded: str | None) -> str | None:
     """The step log beside the record (where the workflow writes it, and where it stays when
     a machine's folder is copied or published), else the path the record names."""
