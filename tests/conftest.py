@@ -1,6 +1,7 @@
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -140,6 +141,22 @@ def job_env(**extra: str) -> dict[str, str]:
     this checkout importable, and no SLURM allocation inherited (a test may run inside one)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     return {**env, "PATH": f"{BIN}{os.pathsep}{env['PATH']}", "PYTHONPATH": str(ROOT), **extra}
+
+
+def wait_for_a_quiet_machine(limit_s: float = 30.0) -> None:
+    """For the serial tests that compare their own work with a machine otherwise idle: wait
+    until the work earlier tests left behind (a warm server still importing, a job's last
+    seconds) is over. (The parallel tests end just before them: on CI a python process left
+    from those used 0.78 CPUs during the fault test's quiet run.)"""
+    from suite.measure.load import watched
+
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end:
+        with watched() as w:
+            time.sleep(0.5)
+        if w["other_cpus"] < 0.1:
+            return
+    pytest.fail(f"the machine never went quiet in {limit_s:g} s: {w}")
 
 
 class Clock:

@@ -32,7 +32,7 @@ import yaml
 from suite.launch import warm
 from suite.records import Status, read_record
 
-from conftest import BIN, ROOT, copy_workflow, job_env, warm_servers
+from conftest import BIN, ROOT, copy_workflow, job_env, wait_for_a_quiet_machine, warm_servers
 UNLOCK = ROOT / "workflows" / "unlock_stale.py"
 pytestmark = pytest.mark.faults
 
@@ -546,6 +546,7 @@ def test_a_point_timed_beside_a_cpu_hog_is_marked_noisy_and_listed_for_a_rerun(
 
     timed = {**SECTION, "timing": {"warmup": 1, "min_repeats": 5, "min_time_s": 2.0}}
     quiet = tmp_path / "quiet" / "torch-eager" / "b2_l16.json"
+    wait_for_a_quiet_machine()
     assert _run_point("torch-eager", quiet, plugin_path, timed).returncode == 0
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:

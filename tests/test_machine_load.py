@@ -8,19 +8,9 @@ import pytest
 
 from suite.measure.load import NOISY_CV, NOISY_OTHER_CPUS, noise_columns, verdict, watched
 
+from conftest import wait_for_a_quiet_machine
+
 BUSY = [sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 1.5: pass"]
-
-
-def wait_for_a_quiet_machine(limit_s: float = 30.0) -> None:
-    """These tests compare their own work with a machine otherwise idle: wait until the work
-    earlier tests left behind (a warm server still importing, a job's last seconds) is over."""
-    end = time.monotonic() + limit_s
-    while time.monotonic() < end:
-        with watched() as w:
-            time.sleep(0.5)
-        if w["other_cpus"] < 0.1:
-            return
-    pytest.fail(f"the machine never went quiet in {limit_s:g} s: {w}")
 
 
 def test_verdict_names_each_threshold_crossed():
