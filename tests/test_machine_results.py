@@ -118,9 +118,14 @@ def test_bert_headline_is_read_at_the_largest_point_and_names_it():
 def test_train_scale_and_claim_headlines():
     train = pd.DataFrame({"status": ["ok", "ok", "failed"], "tokens_per_s": [10.0, 20.0, None],
                           "mfu_percent": [30.0, 41.25, None], "label": ["a", "b", "c"],
-                          "system": ["ddp", "single", "fsdp2"]})
+                          "system": ["ddp", "single", "fsdp2"],
+                          "peak_source": ["measured fp32 GEMM peak: onednn"] * 2 + [None]})
     h = llm_best_mfu(AnalysisInputs(train))
     assert (h.text(), h.at) == ("41.2%", "b, single")
+    assert h.metric == "best training MFU (of the measured peak)"
+    gpu = train.assign(peak_source="H200 bf16 datasheet dense")
+    assert llm_best_mfu(AnalysisInputs(gpu)).metric == \
+        "best training MFU (of the H200 bf16 datasheet dense peak)"
     scale = pd.DataFrame({"calibration": [True, False, False],
                           "iteration_time_rel_error": [0.0, 0.05, -0.15]})
     h = llm_scale_error(AnalysisInputs(scale))
