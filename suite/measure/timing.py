@@ -29,7 +29,7 @@ def measure(fn: Callable[[], object], device: torch.device, policy: TimingPolicy
             observe(fn)
         else:
             fn()
-    _sync(device)
+    synchronize(device)
     samples: list[float] = []
     started = time.perf_counter()
     while (len(samples) < policy.min_repeats
@@ -56,6 +56,8 @@ def _time_once(fn: Callable[[], object], device: torch.device) -> float:
     return time.perf_counter() - t0
 
 
-def _sync(device: torch.device) -> None:
+def synchronize(device: torch.device) -> None:
+    """Wait for the work queued on ``device`` (CUDA launches are asynchronous; CPU work is
+    done when the call returns)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)

@@ -27,6 +27,7 @@ import torch
 
 from suite.baselines.base import Baseline
 from suite.measure.correctness import compare
+from suite.measure.timing import synchronize
 from suite.serving import loadgen
 from suite.serving.batching import BatchPolicy
 from suite.workloads import BertBatch, bert_batch
@@ -44,13 +45,6 @@ def create_baseline(batching: str, baseline: str) -> Baseline:
 def policy_for(batching: str, max_batch: int, window_s: float,
                buckets: Sequence[int]) -> BatchPolicy:
     return BatchPolicy(max_batch, window_s, tuple(buckets) if batching == "bucketed" else ())
-
-
-def finish(device: torch.device) -> None:
-    """Wait for the work queued on ``device`` (CUDA launches are asynchronous; CPU work is
-    done when the call returns)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 class RequestLibrary:
@@ -85,7 +79,7 @@ class ServingSystem:
         """The batch's output, computed: LoadGen is told of a batch's completion when this
         returns, and on a GPU the baselines return with their kernels still queued."""
         out = self.baseline.run(self.library.batch(indices, self.device))
-        finish(self.device)
+        synchronize(self.device)
         return out
 
     def check(self, indices: Sequence[int], oracle: torch.Tensor, dtype: str, logs: Path,
