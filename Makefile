@@ -77,6 +77,7 @@ rerun-noisy: $(STAMP)
 # DRY=1 rehearses every step on CPU at tiny sizes with this venv (make test runs it).
 # STEPS="serving gemm_shapes" runs only those (the ones a cut-off run skipped, in a second call).
 GPU_OUT ?= gpu-check-out
+GPU_STEPS = $(if $(STEPS),--steps $(STEPS))
 GPU_WHEELS := jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 \
 	rpds-py==2026.9.1 mlcommons-loadgen==6.0.17
 gpu-wheels:
@@ -87,12 +88,12 @@ gpu-wheels:
 
 ifdef DRY
 gpu-check: $(STAMP)
-	$(BIN)/python -m suite.cli gpu-check --dry --out $(GPU_OUT) $(if $(STEPS),--steps $(STEPS))
+	$(BIN)/python -m suite.cli gpu-check --dry --out $(GPU_OUT) $(GPU_STEPS)
 else
 gpu-check:
 	python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
 	python3 -m pip install -q --no-index --no-deps --no-build-isolation -e .
-	PYTHONPATH=/tmp/site python3 -m suite.cli gpu-check --out $(GPU_OUT) $(if $(STEPS),--steps $(STEPS))
+	PYTHONPATH=/tmp/site python3 -m suite.cli gpu-check --out $(GPU_OUT) $(GPU_STEPS)
 endif
 
 # The report's browser test (tests/test_report_browser.py) opens the report in Debian's chromium
