@@ -140,6 +140,22 @@ def test_train_scale_and_claim_headlines():
     assert first_claim(AnalysisInputs(train, claims=claims.iloc[:1])) is None
 
 
+def test_a_side_by_side_cell_with_another_metric_says_its_own():
+    """The report's machines table: an MFU over a GPU's datasheet peak, in a row headed by the
+    CPUs' measured peak, names its own denominator in its cell."""
+    from suite.machine_results import MachineResults
+    from suite.report.render import _headline_row
+
+    cpu, gpu, none = (MachineResults(f"results/published/{n}", True)
+                      for n in ("cpu", "gpu", "none"))
+    mfu = {"text": "50%", "at": "gpt"}
+    row = _headline_row("llm_mfu", [cpu, gpu, none], {
+        (cpu.path, "llm_mfu"): {"headline": {**mfu, "metric": "MFU (of the measured peak)"}},
+        (gpu.path, "llm_mfu"): {"headline": {**mfu, "metric": "MFU (of the datasheet peak)"}}})
+    assert row["metric"] == "MFU (of the measured peak)"
+    assert [c and c["own_metric"] for c in row["cells"]] == [False, True, None]
+
+
 def test_readme_block_is_replaced_between_its_markers(tmp_path):
     folder = tmp_path / "results" / "published" / "box"
     (folder / "bert_varlen").mkdir(parents=True)

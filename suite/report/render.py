@@ -175,12 +175,14 @@ def _machine_row(machine: Machine, peak: dict[str, Any] | None, frames: list[pd.
 
 def _headline_row(experiment: str, machines: list[Machine],
                   analyses: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
+    """One row of the machines' side-by-side table; a cell whose metric is not the row's (an
+    MFU over a GPU's datasheet peak beside CPUs' measured peaks) says its own."""
     cells = [(analyses.get((m.path, experiment)) or {}).get("headline") for m in machines]
     shown = next((c for c in cells if c), None)
-    return {"id": experiment, "title": SPECS[experiment].title,
-            "metric": shown["metric"] if shown else "",
+    metric = shown["metric"] if shown else ""
+    return {"id": experiment, "title": SPECS[experiment].title, "metric": metric,
             "same_everywhere": bool(shown and shown.get("machine_independent")),
-            "cells": cells}
+            "cells": [c and {**c, "own_metric": c["metric"] != metric} for c in cells]}
 
 
 def _section(experiment: str, sections: list[Section], machines: dict[str, Machine],
