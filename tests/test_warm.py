@@ -117,6 +117,22 @@ def test_a_stopped_forwarder_stops_its_child(tmp_path):
     assert _wait_until(lambda: not os.path.exists(f"/proc/{pid_file.read_text()}"), 10)
 
 
+def test_a_forwarder_stopped_before_it_knows_its_child_still_stops_it(tmp_path):
+    """The SIGTERM lands while popen is returning (a busy machine's CI did this): the forwarder
+    must not die of it and leave the child running."""
+    pid_file = tmp_path / "child.pid"
+    code = ("import os, signal, sys\nfrom suite.launch import warm\nreal = warm.popen\n"
+            "def late(*a, **k):\n    p = real(*a, **k)\n"
+            f"    open({str(pid_file)!r}, 'w').write(str(p.pid))\n"
+            "    os.kill(os.getpid(), signal.SIGTERM)\n    return p\n"
+            "warm.popen = late\n"
+            "sys.exit(warm.forward([sys.executable, '-c', 'import time; time.sleep(120)']))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr
+    assert _wait_until(lambda: not os.path.exists(f"/proc/{pid_file.read_text()}"), 10)
+
+
 def test_the_console_script_forwards_the_derived_commands():
     """`seedbench analyze ...` (a rule's command) is run by a warm child: a server for this
     environment exists afterwards; what the user sees is the command's own error."""

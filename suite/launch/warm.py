@@ -200,21 +200,33 @@ def forward(cmd: list[str]) -> int | None:
     SIGTERM or Ctrl-C here kills it, and its end is this process's (the exit code, or death by
     the same signal). None when no warm start could be had: the caller runs the command itself.
     """
-    proc = popen(cmd, stderr=2)
-    if proc is None:
-        return None
+    # The handler is in place before the fork: a SIGTERM that landed before the child's pid is
+    # known would otherwise kill this process and leave the child running.
+    proc: WarmProcess | None = None
+    pending: list[int] = []
 
     def stop(signum: int, frame: object) -> None:
+        if proc is None:
+            pending.append(signum)
+            return
         _kill(proc.pid)
         proc.wait()
         raise SystemExit(128 + signum)
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        code = proc.wait()
+        proc = popen(cmd, stderr=2)
+        if proc is not None:
+            if pending:
+                stop(pending[0], None)
+            code = proc.wait()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if proc is None:
+        for signum in pending[:1]:  # stopped before any child: as the old handler would be
+            os.kill(os.getpid(), signum)
+        return None
     if code < 0:  # die as the child died (a shell then reports the same signal)
         signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
