@@ -115,7 +115,7 @@ def report_section(tmp_path, name, table, *, records=(), curves=None, claims=Non
     table.to_csv(csv, index=False)
     table = read_table(csv)  # as the next stage sees it
     paper = {role: pd.read_csv(root / path) for role, path in spec.paper_paths().items()}
-    svg = registry.load(spec.figure)(FigureData(table, paper, curves, peak), tmp_path / name)[1]
+    (svg,) = registry.load(spec.figure)(FigureData(table, paper, curves, peak), tmp_path / name)
     analysis = analyze(spec, AnalysisInputs(table, paper, tables or {}, claims, list(records)))
     out = tmp_path / f"{name}.analysis.json"
     out.write_text(json.dumps(analysis))

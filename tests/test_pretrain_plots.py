@@ -60,11 +60,11 @@ def _texts(ax) -> list[str]:
 
 
 def _written(paths) -> None:
-    assert [p.suffix for p in paths] == [".png", ".svg"]
+    assert [p.suffix for p in paths] == [".svg"]
     assert all(p.exists() and p.stat().st_size > 0 for p in paths)
 
 
-def test_vwn_figure_writes_png_and_svg(tmp_path):
+def test_vwn_figure_writes_an_svg(tmp_path):
     table, curves = vwn_inputs()
     _written(vwn_figure(FigureData(table, {"table1": PAPER, "headline": HEADLINE}, curves),
                         tmp_path / "fig"))
@@ -133,7 +133,7 @@ def pma_inputs() -> tuple[pd.DataFrame, pd.DataFrame]:
     return pd.DataFrame(rows), pd.DataFrame(curves)
 
 
-def test_pma_figure_writes_png_and_svg(tmp_path):
+def test_pma_figure_writes_an_svg(tmp_path):
     table, curves = pma_inputs()
     _written(pma_figure(FigureData(table, {}, curves), tmp_path / "fig"))
 

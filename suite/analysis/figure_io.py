@@ -35,11 +35,11 @@ class FigureData:
 
 
 def save_figure(fig, out: Path) -> list[Path]:
-    """``out.png`` for the page and ``out.svg`` for print; closes the figure."""
+    """``out.svg``, the one format: the report inlines it and the README links it (a PNG beside
+    it was a second render of every figure, half of a figure job); closes the figure."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    paths = [out.with_suffix(".png"), out.with_suffix(".svg")]
-    fig.savefig(paths[0], dpi=110, metadata={"Software": None})
-    fig.savefig(paths[1], metadata={"Date": None})
+    path = out.with_suffix(".svg")
+    fig.savefig(path, metadata={"Date": None})
     plt.close(fig)
-    return paths
+    return [path]

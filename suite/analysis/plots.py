@@ -16,7 +16,7 @@ def latency_figure(table: pd.DataFrame, paper: pd.DataFrame, out: Path,
                    peak: dict | None = None) -> list[Path]:
     """One row per batch size: latency here; speedup here vs the FLOP bounds and the paper's
     speedup; the paper's own latencies; then the speedup map, the frameworks at the largest
-    point and the roofline. Writes ``out.png`` and ``out.svg``."""
+    point and the roofline. Writes ``out.svg``."""
     ok = table[(table.experiment == "bert_varlen") & (table.status == "ok")]
     batch_sizes = sorted(table.batch_size.dropna().unique().astype(int)) or [1]
     fig, axes = plt.subplots(len(batch_sizes) + 1, 3, figsize=(15, 3.8 * (len(batch_sizes) + 1)),
@@ -217,7 +217,7 @@ def speedup_over_padded_mha(table: pd.DataFrame, claims: pd.DataFrame, out: Path
     return save_figure(fig, out)
 
 
-# ---- the figure functions the experiment registry names: (FigureData, out) -> [png, svg]
+# ---- the figure functions the experiment registry names: (FigureData, out) -> [svg]
 
 def varlen_figure(data: FigureData, out: Path) -> list[Path]:
     return latency_figure(data.table, data.paper_table("latency"), out, data.peak)

@@ -109,7 +109,7 @@ def build_vwn_figure(table: pd.DataFrame, curves: pd.DataFrame, paper: pd.DataFr
 
 
 def vwn_figure(data: FigureData, out: Path) -> list[Path]:
-    """Writes ``out.png`` and ``out.svg`` of the VWN figure (curves and the paper's Table 1 and
+    """Writes ``out.svg`` of the VWN figure (curves and the paper's Table 1 and
     headline numbers from ``data``)."""
     if data.curves is None:
         raise ValueError("vwn_scaling: the figure needs its curves.csv (--curves)")
@@ -254,7 +254,7 @@ def build_pma_figure(table: pd.DataFrame, curves: pd.DataFrame) -> Figure:
 
 
 def pma_figure(data: FigureData, out: Path) -> list[Path]:
-    """Writes ``out.png`` and ``out.svg`` of the PMA figure."""
+    """Writes ``out.svg`` of the PMA figure."""
     if data.curves is None:
         raise ValueError("pma_merging: the figure needs its curves.csv (--curves)")
     return save_figure(build_pma_figure(data.table, data.curves), out)

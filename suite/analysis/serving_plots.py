@@ -29,7 +29,7 @@ def _color(system: str, palette: dict[str, str]) -> str:
 
 
 def serving_figure(data: FigureData, out: Path) -> list[Path]:
-    """Writes ``out.png`` and ``out.svg``."""
+    """Writes ``out.svg``."""
     if data.curves is None:
         raise ValueError("bert_serving: the figure needs its curves.csv (--curves)")
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5), constrained_layout=True)

@@ -1,4 +1,4 @@
-"""``seedbench plot``: one experiment's tidy CSV -> a figure (PNG and SVG)."""
+"""``seedbench plot``: one experiment's tidy CSV -> a figure (SVG)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from suite.experiments import registry as experiments
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    plot = sub.add_parser("plot", help="one experiment's tidy CSV -> a figure (PNG and SVG)")
+    plot = sub.add_parser("plot", help="one experiment's tidy CSV -> a figure (SVG)")
     plot.add_argument("experiment", choices=experiments.names())
     plot.add_argument("--table", type=Path, required=True)
     paper_argument(plot)

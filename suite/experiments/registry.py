@@ -43,7 +43,7 @@ class ExperimentSpec:
     - ``table``: the ``OWN_TABLE_STEP`` families, ``(records, paper) -> (table, curves,
       claims)``; the other families share one table builder each (``seedbench table`` /
       ``llm-table``).
-    - ``figure(FigureData, out)`` writes the PNG and SVG.
+    - ``figure(FigureData, out)`` writes the SVG.
     - ``summary(AnalysisInputs) -> str``: the sentence above the section's table.
     - ``claims(AnalysisInputs) -> DataFrame``: the paper's claims, measured.
     - ``headline(AnalysisInputs) -> Headline | None``: the one number the report sets side by

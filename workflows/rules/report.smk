@@ -8,13 +8,12 @@ rule figure:
     input:
         unpack(figure_inputs),
     output:
-        png=report(
-            "{root}/figures/{experiment}.png",
+        svg=report(
+            "{root}/figures/{experiment}.svg",
             caption="../report/figure.rst",
             category="figures",
             subcategory="{experiment}",
         ),
-        svg="{root}/figures/{experiment}.svg",
     log:
         "{root}/logs/{experiment}/figure.log",
     params:
