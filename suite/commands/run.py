@@ -29,8 +29,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--peak", type=Path, help="peak.json from `seedbench peak`")
     run.add_argument("--oracle-dir", type=Path,
                      help="end-to-end experiments: read the point's float64 reference output "
-                          "from this folder when an earlier job wrote it, else compute it and "
-                          "write it there for the next (without it: computed, not kept)")
+                          "and the model's weights from this folder when an earlier job wrote "
+                          "them, else compute them and write them there for the next (without "
+                          "it: computed, not kept)")
     run.add_argument("--out", type=Path, required=True)
     run.add_argument("--in-process", action="store_true",
                      help="run here instead of in a supervised child process")

@@ -123,7 +123,11 @@ def _run(record: Record, cfg: BertVarlenConfig, system: Baseline, batch_size: in
     if not ok:
         raise Unavailable(why)
 
-    model = canonical_model(model_kind, cfg.model, cfg.max_len, seed=cfg.seed)
+    # the run's shared folder also keeps the models: built by a point's first job, loaded by
+    # the rest (the oracle's fingerprint sums the weights, so a model that loaded differently
+    # from how it was built would not pass for the oracle's)
+    model = canonical_model(model_kind, cfg.model, cfg.max_len, seed=cfg.seed,
+                            cache=Path(oracle_dir) / "models" if oracle_dir else None)
     if oracle_dir is None:
         reference = bert_oracle.reference_output(model, batch, device)
         source = "computed by this job"

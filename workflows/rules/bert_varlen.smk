@@ -37,7 +37,7 @@ rule bert_point:
         " --out {output} 2> {log}"
 
 
-# The points' shared oracles (ORACLE_DIR) are a cache of this run: gone once it has succeeded;
-# an interrupted run keeps them for its resumption.
+# The points' shared oracles and models (ORACLE_DIR) are a cache of this run: gone once it
+# has succeeded; an interrupted run keeps them for its resumption.
 onsuccess:
     shutil.rmtree(ORACLE_DIR, ignore_errors=True)
