@@ -171,25 +171,27 @@ def test_command_builder():
         assert multi[multi.index(flag) + 1] == value
     with pytest.raises(ValueError, match="nnodes=2 needs rdzv_endpoint"):
         command("ddp", 2, args, nnodes=2)
-    # DeepSpeed's own launcher for the ZeRO engines (torchrun on request)
-    ds = command("zero2", 8, args, python=py)
+    # torchrun for the ZeRO engines too (one launcher for every engine); DeepSpeed's on request
+    assert "--standalone" in command("zero2", 2, args, python=py)
+    ds = command("zero2", 8, args, launcher="deepspeed", python=py)
     assert Path(ds[0]).name == "deepspeed"
     assert ds[1:5] == ["--num_gpus", "8", "--num_nodes", "1"]
     assert ds[5:] == ["--master_port", ds[6], "--no_local_rank", "--module", launch.MODULE, *args]
     assert 0 < int(ds[6]) < 65536  # a free port: two runs on one host must not share 29500
-    assert "--standalone" in command("zero2", 2, args, launcher="torchrun", python=py)
     # warm ranks: the launcher starts the shim that forks each (suite.launch.warm)
     shim = ["suite.launch.warm", "exec", "-m", launch.MODULE, *args]
     assert command("ddp", 2, args, python=py, warm=True)[-len(shim):] == shim
-    assert command("zero2", 2, args, python=py, warm=True)[-len(shim) - 1:] == ["--module", *shim]
+    assert command("zero2", 2, args, launcher="deepspeed", python=py,
+                   warm=True)[-len(shim) - 1:] == ["--module", *shim]
     # ... and the launcher itself a python -m module, which run_isolated(warm=True) forks warm
     assert command("ddp", 2, args, python=py, warm=True)[:3] == [py, "-m", "torch.distributed.run"]
-    assert command("zero2", 2, args, python=py, warm=True)[:3] == [
+    assert command("zero2", 2, args, launcher="deepspeed", python=py, warm=True)[:3] == [
         py, "-m", "deepspeed.launcher.runner"]
     with pytest.raises(ValueError, match="cannot run under launcher='single'"):
         command("zero2", 1, args, launcher="single")
     ds2 = command("zero3", 8, args, nnodes=2, rdzv_endpoint="node0:29500",
-                  hostfile="hosts", python=py)
+                  hostfile="hosts", python=py)  # a hostfile: DeepSpeed's runner, which reads it
+    assert Path(ds2[0]).name == "deepspeed"
     assert ds2[ds2.index("--hostfile") + 1] == "hosts"
     assert ds2[ds2.index("--master_addr") + 1] == "node0"
     assert ds2[ds2.index("--master_port") + 1] == "29500"
@@ -257,12 +259,13 @@ def check_ok_record(record, steplog: Path, world_size: int, trainer: str) -> Non
 
 
 def _launch(trainer: str, nprocs: int, section: dict, tmp_path: Path, peak_path: Path,
-            timeout: float = 240, warm: bool = False):
+            timeout: float = 240, warm: bool = False, launcher: str | None = None):
     out, steps = tmp_path / f"{trainer}.json", tmp_path / f"{trainer}.jsonl"
     args = ["--train-json", json.dumps(section), "--trainer", trainer, "--out", str(out),
             "--steplog", str(steps), "--peak", str(peak_path)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    proc = subprocess.run(command(trainer, nprocs, args, warm=warm), cwd=REPO, env=env,
+    proc = subprocess.run(command(trainer, nprocs, args, warm=warm, launcher=launcher),
+                          cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=timeout)
     assert out.exists(), f"no record; rc={proc.returncode}\n{proc.stderr[-4000:]}"
     return read_record(out), steps, proc
@@ -278,13 +281,16 @@ def peak_file(tmp_path_factory) -> Path:
 # The launcher path end to end (command() -> torchrun / deepspeed -> main -> record): one
 # engine per launcher. The other engines run in one torchrun launch (GROUPED), one after the
 # other on the same process group, to keep the file fast: each launch costs seconds of imports.
-@pytest.mark.parametrize("trainer", ["ddp", "zero2"])
-def test_two_rank_launch(trainer, tmp_path, peak_file):
-    """Each launcher's ranks forked warm (suite.launch.warm), as the workflow starts them."""
-    record, steps, proc = _launch(trainer, 2, TINY, tmp_path, peak_file, warm=True)
+@pytest.mark.parametrize("trainer, launcher", [("ddp", "torchrun"), ("zero2", "deepspeed")])
+def test_two_rank_launch(trainer, launcher, tmp_path, peak_file):
+    """Each launcher's ranks forked warm (suite.launch.warm), as the workflow starts them; the
+    record names the launcher its ranks found themselves under."""
+    record, steps, proc = _launch(trainer, 2, TINY, tmp_path, peak_file, warm=True,
+                                  launcher=launcher)
     check_ok_record(record, steps, 2, trainer)
     assert record.env["process_start"] == "warm fork"
-    if trainer == "zero2":  # started by DeepSpeed's own runner
+    assert record.workload["launcher"] == launcher
+    if launcher == "deepspeed":  # its runner, then its per-node launch module
         assert "launch.py" in proc.stderr + proc.stdout
 
 

@@ -469,7 +469,17 @@ def _describe(record: Record, cfg: TrainConfig, engine: Trainer, world: int) -> 
                                            "formula": flops.formula},
                        "rank_slice": "contiguous rows [r*b, (r+1)*b) of each global batch",
                        # torchrun's agents, one per node (1 without a launcher)
-                       "nodes": int(os.environ.get("GROUP_WORLD_SIZE", "1"))}
+                       "nodes": int(os.environ.get("GROUP_WORLD_SIZE", "1")),
+                       "launcher": launcher_of(os.environ)}
+
+
+def launcher_of(env) -> str:
+    """Which launcher started this rank, from what each sets in its ranks' environment."""
+    if "TORCHELASTIC_RUN_ID" in env:
+        return "torchrun"
+    if "CROSS_SIZE" in env:  # deepspeed.launcher.launch
+        return "deepspeed"
+    return "none (one process)" if "WORLD_SIZE" not in env else "unknown"
 
 
 def _gate(record: Record, cfg: TrainConfig, engine: Trainer, dist: DistInfo, next_local,

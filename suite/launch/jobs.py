@@ -149,9 +149,9 @@ def command(trainer: str | Trainer, nprocs: int, args: Sequence[str], *, nnodes:
     launcher spends its first seconds importing torch (2-3 s of a 5 s DDP point on a 2-core
     EPYC); the console scripts ``torchrun`` and ``deepspeed`` are those same modules' ``main``.
 
-    ``launcher`` defaults to the engine's own (``Trainer.launcher``), except that the ZeRO
-    engines on several nodes without a ``hostfile`` run under torchrun, the same command on
-    every node:
+    ``launcher`` defaults to the engine's own (``Trainer.launcher``: torchrun for every
+    multi-process engine), or DeepSpeed's where a ``hostfile`` is given (the launcher that
+    reads one):
 
     - ``single``: ``python -m suite.experiments.llm_train ARGS`` (nprocs 1, one node).
     - ``torchrun``: ``torchrun --standalone --nproc-per-node N -m ...`` on one node. Multi-node:
@@ -162,14 +162,14 @@ def command(trainer: str | Trainer, nprocs: int, args: Sequence[str], *, nnodes:
       others reach it (torchrun's ``--local-addr``; default: its hostname, which must resolve
       on every node). ``join_timeout_s``: how long the rendezvous waits for every node
       (``--rdzv-conf join_timeout=``, torchrun's default 600 s).
-    - ``deepspeed`` (the ZeRO engines): ``deepspeed --num_gpus N --num_nodes M --no_local_rank
-      --module ...``; one node adds ``--master_port`` a free port (as torchrun's
-      ``--standalone`` picks one); multi-node adds ``--hostfile H --master_addr HOST
+    - ``deepspeed``: ``deepspeed --num_gpus N --num_nodes M --no_local_rank --module ...``;
+      one node adds ``--master_port`` a free port (as torchrun's ``--standalone`` picks one);
+      multi-node adds ``--hostfile H --master_addr HOST
       --master_port PORT`` (from ``rdzv_endpoint``), and DeepSpeed's runner starts the other
       nodes itself over ssh, so this command runs on node 0 only. ``--no_local_rank``: the
       rank comes from the environment, not a ``--local_rank`` argument. Tested on CPU too
-      (gloo; ``--num_gpus`` then just counts processes). ``launcher="torchrun"`` also works
-      for the ZeRO engines: they only need the process group, which the run builds from
+      (gloo; ``--num_gpus`` then just counts processes). Every multi-process engine runs
+      under either launcher: they only need the process group, which the run builds from
       either launcher's environment.
     """
     engine = trainers.create(trainer) if isinstance(trainer, str) else trainer
@@ -177,10 +177,7 @@ def command(trainer: str | Trainer, nprocs: int, args: Sequence[str], *, nnodes:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{label}={value!r} must be a positive int")
     if launcher is None:
-        # several nodes and no hostfile: torchrun for the ZeRO engines too (DeepSpeed's runner
-        # would start the other nodes over ssh; its engines only need torchrun's process group)
-        ssh_free = engine.launcher == "deepspeed" and nnodes > 1 and not hostfile
-        launcher = "torchrun" if ssh_free else engine.launcher
+        launcher = "deepspeed" if hostfile and engine.launcher != "single" else engine.launcher
     args = [str(a) for a in args]
     module = [warm_start.SELF, "exec", "-m", MODULE] if warm else [MODULE]
     if (launcher == "single") != (engine.launcher == "single"):
