@@ -184,6 +184,8 @@ def test_onnxruntime_matches_hf_on_other_shapes_than_the_export(tiny_cfg, tmp_pa
         valid = batch.attention_mask.bool()
         assert (out - ref)[valid].abs().max() < 1e-4
     assert system.details()["graph"] == graph
+    if name == "onnxruntime-fused":  # fused with the weights in a file of their own
+        assert system.details()["fused_ops"]["Attention"] == TINY_MODEL["layers"]
     rec = run_point(tiny_cfg, name, 3, 16, show_progress=False)
     assert rec.status is Status.OK, rec.reason
     assert rec.derived["system"]["export_s"] > 0
