@@ -55,6 +55,20 @@ def test_a_warm_childs_own_children_are_cold_but_may_start_warm(capfd):
     assert grandchild == ["False", "True", key]  # not a fork; the same server serves it
 
 
+def test_a_launchers_ranks_ask_the_server_their_launcher_was_forked_by(tmp_path):
+    """What torchrun adds to its ranks' environment must not key a server of its own: a second
+    server costs every run its imports again (~6 s on a 2-core EPYC), and once more after each
+    minute without a training job."""
+    probe = tmp_path / "probe.py"
+    probe.write_text("import os\nfrom suite.launch import warm\n"
+                     "print('KEY', warm.server_key(dict(os.environ)), flush=True)\n")
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           "--nproc-per-node", "1", str(probe)], capture_output=True, text=True,
+                          timeout=120)
+    keys = [line.split()[1] for line in done.stdout.splitlines() if line.startswith("KEY ")]
+    assert keys == [warm.server_key(dict(os.environ))], done.stderr[-2000:]
+
+
 @pytest.mark.parametrize("env, cmd, why", [
     ({"SEEDBENCH_WARM": "0"}, None, "switched off"),
     ({"SLURM_JOB_ID": "7"}, None, "a SLURM job's processes end with it"),

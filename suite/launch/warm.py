@@ -62,15 +62,16 @@ PRELOAD = ("torch", "scipy.stats", "pandas", "matplotlib.pyplot", "jinja2", "tra
            "transformers.models.distilbert.modeling_distilbert",
            "transformers.models.deberta_v2.modeling_deberta_v2", "suite.experiments.bert_varlen")
 # variables that change from one call to the next without changing what an import does: a
-# test's name, a shell's last command, and what launchers give each rank (read when the rank
-# joins its process group, after the fork)
-VOLATILE_ENV = (CHILD_MARK, "PYTEST_CURRENT_TEST", "_", "OLDPWD", "RANK", "LOCAL_RANK",
-                "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
+# test's name, a shell's last command and terminal size, and what launchers give each rank
+# (read when the rank joins its process group, after the fork)
+VOLATILE_ENV = (CHILD_MARK, "PYTEST_CURRENT_TEST", "_", "OLDPWD", "COLUMNS", "LINES", "RANK",
+                "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
                 "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT", "LOCAL_SIZE",
                 "CROSS_RANK", "CROSS_SIZE", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT",
                 "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_ERROR_FILE",
                 "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ENABLE_FILE_TIMER",
-                "TORCHELASTIC_TIMER_FILE", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "PYTHONUNBUFFERED")
+                "TORCHELASTIC_TIMER_FILE", "TORCHELASTIC_SIGNALS_TO_HANDLE",
+                "TORCH_NCCL_ASYNC_ERROR_HANDLING", "PYTHONUNBUFFERED")
 _SOURCES = [Path(__file__).resolve().parents[2] / p for p in ("suite", "reference_impl")]
 _HEADER = struct.Struct("!Q")
 
@@ -140,13 +141,18 @@ class WarmProcess:
         self._conn.close()
         return self.returncode
 
+    def kill(self) -> None:
+        """The server kills a child whose client has closed its connection."""
+        self._conn.close()
+
 
 def popen(cmd: list[str], env: dict[str, str] | None = None,
-          stderr: int | None = None) -> WarmProcess | None:
+          stderr: int | None = None, stdout: int = 1) -> WarmProcess | None:
     """``cmd`` (``python -m module ...`` or ``python -c code ...`` of this interpreter) forked by
     a warm server, started here when none is running; None when warm starts are off, ``cmd`` is
     another program, or no server answered (the caller then starts the child cold). The child's
-    stderr: a pipe read as ``.stderr`` (default), or the descriptor ``stderr``."""
+    stderr: a pipe read as ``.stderr`` (default), or the descriptor ``stderr``; its stdout: the
+    descriptor ``stdout`` (default: this process's)."""
     if len(cmd) < 3 or cmd[0] != sys.executable or cmd[1] not in ("-m", "-c") \
             or not enabled()[0]:
         return None
@@ -161,7 +167,7 @@ def popen(cmd: list[str], env: dict[str, str] | None = None,
         payload = json.dumps({"mode": cmd[1], "target": cmd[2], "args": cmd[3:], "env": env,
                               "cwd": os.getcwd(), "limits": _limits(),
                               "umask": _umask()}).encode()
-        socket.send_fds(conn, [_HEADER.pack(len(payload))], [0, 1, write_fd])
+        socket.send_fds(conn, [_HEADER.pack(len(payload))], [0, stdout, write_fd])
         conn.sendall(payload)
         os.close(write_fd)
         write_fd = -1
