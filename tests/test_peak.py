@@ -46,6 +46,15 @@ def test_every_cpu_library_measures_in_its_own_process(library):
     assert e["version"] and e["isa_source"]  # where the ISA fact (or its absence) comes from
     if library in ("torch.matmul", "onednn", "numpy"):
         assert e["isa"], e["isa_source"]
+    assert e["process_start"] == "warm fork"  # the timed run: forked by a warm server
+
+
+def test_a_peak_child_past_its_time_limit_fails_with_the_reason(monkeypatch):
+    for warm in ("1", "0"):
+        monkeypatch.setenv("SEEDBENCH_WARM", warm)
+        e = measure_library("numpy", "fp32", sizes=[512], repeats=1000, min_time_s=30.0,
+                            threads=1, timeout_s=15.0)
+        assert e["status"] == "failed" and e["reason"] == "timed out after 15 s", warm
 
 
 def test_cublas_without_a_gpu_is_unavailable_with_the_reason():
