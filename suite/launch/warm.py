@@ -65,13 +65,14 @@ PRELOAD = ("torch", "scipy.stats", "pandas", "matplotlib.pyplot", "jinja2", "tra
 # test's name, a shell's last command and terminal size, and what launchers give each rank
 # (read when the rank joins its process group, after the fork)
 VOLATILE_ENV = (CHILD_MARK, "PYTEST_CURRENT_TEST", "_", "OLDPWD", "COLUMNS", "LINES", "RANK",
-                "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
-                "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT", "LOCAL_SIZE",
-                "CROSS_RANK", "CROSS_SIZE", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT",
-                "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_ERROR_FILE",
-                "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ENABLE_FILE_TIMER",
-                "TORCHELASTIC_TIMER_FILE", "TORCHELASTIC_SIGNALS_TO_HANDLE",
-                "TORCH_NCCL_ASYNC_ERROR_HANDLING", "PYTHONUNBUFFERED")
+                "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+                "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT",
+                "LOCAL_SIZE", "CROSS_RANK", "CROSS_SIZE", "TORCHELASTIC_RUN_ID",
+                "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
+                "TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_USE_AGENT_STORE",
+                "TORCHELASTIC_ENABLE_FILE_TIMER", "TORCHELASTIC_TIMER_FILE",
+                "TORCHELASTIC_SIGNALS_TO_HANDLE", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+                "PYTHONUNBUFFERED")
 _SOURCES = [Path(__file__).resolve().parents[2] / p for p in ("suite", "reference_impl")]
 _HEADER = struct.Struct("!Q")
 
