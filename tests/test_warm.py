@@ -103,6 +103,30 @@ def test_an_idle_server_exits(monkeypatch):
     assert _wait_until(lambda: not warm_servers(key), 30)
 
 
+def test_a_starting_server_holds_its_address_while_it_imports(tmp_path):
+    """A client that comes while a new server imports waits for that server: it does not
+    start a second one that pays the imports too."""
+    flag = tmp_path / "go"
+    (tmp_path / "blocker.py").write_text(
+        f"import os, time\nwhile not os.path.exists({str(flag)!r}):\n    time.sleep(0.01)\n")
+    key = "test-" + os.urandom(8).hex()
+    code = (f"import sys; sys.path.insert(0, {str(tmp_path)!r}); from suite.launch import warm; "
+            f"warm.PRELOAD = ('blocker',); sys.exit(warm.serve({key!r}, 5.0))")
+    server = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        def reachable() -> bool:
+            conn = warm._connect(key)
+            if conn is not None:
+                conn.close()
+            return conn is not None
+
+        assert _wait_until(reachable, 60)
+        assert server.poll() is None and not flag.exists()  # bound, still importing
+    finally:
+        flag.touch()
+    assert server.wait(timeout=60) == 0  # imported, then idle for 5 s
+
+
 def _forwarder(code: str) -> list[str]:
     """A process that hands ``python -c code`` to a warm child in its place."""
     return [sys.executable, "-c", "import sys; from suite.launch import warm; "

@@ -50,7 +50,7 @@ ENV_SWITCH = "SEEDBENCH_WARM"
 # set in a forked child's environment to its own pid (its record says so): a process that
 # inherited it (a warm launcher's ranks) is not itself warm, and may fork warm children
 CHILD_MARK = "SEEDBENCH_WARM_CHILD"
-IDLE_S = 60.0
+IDLE_S = 300.0  # a run's derived jobs (one server) can be minutes apart
 START_TIMEOUT_S = 90.0
 FORK_TIMEOUT_S = 30.0
 # what a BERT point's child imports before it measures anything (suite.experiments.bert_varlen
@@ -159,11 +159,15 @@ def popen(cmd: list[str], env: dict[str, str] | None = None,
         return None
     env = dict(os.environ if env is None else env)
     key = server_key(env)
-    conn = _connect(key) or _start_and_connect(key, env)
+    conn = _connect(key)
+    fresh = conn is None  # a server started here answers once it has done its imports
+    if fresh:
+        conn = _start_and_connect(key, env)
     if conn is None:
         return None
     read_fd, write_fd = os.pipe() if stderr is None else (-1, os.dup(stderr))
-    conn.settimeout(FORK_TIMEOUT_S)  # a stuck server: closing kills whatever it forked
+    # a stuck server: closing kills whatever it forked
+    conn.settimeout(START_TIMEOUT_S if fresh else FORK_TIMEOUT_S)
     try:
         payload = json.dumps({"mode": cmd[1], "target": cmd[2], "args": cmd[3:], "env": env,
                               "cwd": os.getcwd(), "limits": _limits(),
@@ -270,17 +274,21 @@ def _start_and_connect(key: str, env: dict[str, str]) -> socket.socket | None:
 # ---- server -------------------------------------------------------------------------------------
 
 def serve(key: str, idle_s: float = IDLE_S) -> int:
-    """Import ``PRELOAD``, then fork a child per request until idle for ``idle_s``."""
-    for module in PRELOAD:
-        importlib.import_module(module)
-    if threading.active_count() > 1:  # a Python thread would not survive the fork
-        return 3
+    """Import ``PRELOAD``, then fork a child per request until idle for ``idle_s``.
+
+    The address is taken before the imports: a client that comes meanwhile waits in the
+    backlog for this server instead of starting a second one (two jobs starting at once each
+    paid the imports, on a 2-core machine at the same time, and one server then exited)."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         listener.bind(_address(key))
     except OSError:  # another server holds the address
         return 4
     listener.listen(64)
+    for module in PRELOAD:
+        importlib.import_module(module)
+    if threading.active_count() > 1:  # a Python thread would not survive the fork
+        return 3  # the clients waiting see the connection close and start cold
     sel = selectors.DefaultSelector()
     sel.register(listener, selectors.EVENT_READ, ("accept", 0))
     children: dict[int, tuple[socket.socket, int]] = {}  # pid -> (connection, pidfd)
