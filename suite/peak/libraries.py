@@ -315,12 +315,12 @@ def measure_library(library: str, dtype: str, sizes: list[int], repeats: int,
     entry: dict[str, Any] = {"library": library, "description": LIBRARIES[library],
                              "dtype": dtype, "threads": threads}
     common = ["--dtype", dtype, "--threads", str(threads)]
-    probe = _child([library, "--probe", *common], {**os.environ, **VERBOSE_ENV}, timeout_s)
+    probe = _child([library, "--probe", *common], timeout_s, verbose=True)
     if probe["status"] != "ok":
         return {**entry, **{k: probe[k] for k in ("status", "reason")}, "flops_per_s": None}
     verbose = parse_verbose(probe["stdout"])
     timed = _child([library, *common, "--sizes", *map(str, sizes), "--repeats", str(repeats),
-                    "--min-time-s", str(min_time_s)], dict(os.environ), timeout_s)
+                    "--min-time-s", str(min_time_s)], timeout_s)
     if timed["status"] != "ok":
         return {**entry, **{k: timed[k] for k in ("status", "reason")}, "flops_per_s": None}
     version = probe["result"]["version"]
@@ -334,10 +334,10 @@ def measure_library(library: str, dtype: str, sizes: list[int], repeats: int,
 _RESULT = "SEEDBENCH_PEAK_RESULT "
 
 
-def _child(args: list[str], env: dict[str, str], timeout_s: float) -> dict[str, Any]:
+def _child(args: list[str], timeout_s: float, verbose: bool = False) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "suite.peak.libraries", *args]
     try:
-        code, stdout, stderr = _run(cmd, env, timeout_s)
+        code, stdout, stderr = _run(cmd, timeout_s, verbose)
     except subprocess.TimeoutExpired:
         return {"status": "failed", "reason": f"timed out after {timeout_s:g} s"}
     lines = [line for line in stdout.splitlines() if line.startswith(_RESULT)]
@@ -349,14 +349,15 @@ def _child(args: list[str], env: dict[str, str], timeout_s: float) -> dict[str, 
     return out
 
 
-def _run(cmd: list[str], env: dict[str, str], timeout_s: float) -> tuple[int, str, str]:
-    """(exit code, stdout, stderr) of ``cmd``: forked by a warm server where the environment is
-    this process's (the timed runs: no torch import of their own, ~1.5 s each on a 2-core
-    EPYC), else started cold (the probe: its verbose variables would key a server of its own,
-    whose start costs more than the imports it saves)."""
+def _run(cmd: list[str], timeout_s: float, verbose: bool) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of ``cmd``: a timed run forked by a warm server (no torch
+    import of its own, ~1.5 s each on a 2-core EPYC); the ``verbose`` probe started cold with
+    the libraries' verbose variables (they would key a server of their own, whose start costs
+    more than the imports it saves)."""
     from suite.launch import warm as warm_start
 
-    if env == dict(os.environ):
+    env = {**os.environ, **VERBOSE_ENV} if verbose else dict(os.environ)
+    if not verbose:
         with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
             proc = warm_start.popen(cmd, env, stderr=err.fileno(), stdout=out.fileno())
             if proc is not None:
