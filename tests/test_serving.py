@@ -315,6 +315,35 @@ def test_a_batch_on_a_gpu_completes_only_once_its_kernels_have_run(monkeypatch):
     assert events == [("run", ((0,), "cpu"))]  # a CPU call is done when it returns
 
 
+def test_shape_probes_time_a_new_shapes_first_call_beside_its_second():
+    """A system that pays 30 ms the first time it sees a (batch, longest) shape and 1 ms after:
+    each probe is a shape not run before, its longest a length the gate did not run, and the
+    first call carries the cost that the second does not."""
+    from suite.serving.point import probe_shapes
+    from suite.serving.systems import RequestLibrary, ServingSystem
+
+    seen_shapes = set()
+
+    class Baseline:
+        def run(self, batch):
+            shape = tuple(batch.input_ids.shape)
+            time.sleep(0.001 if shape in seen_shapes else 0.03)
+            seen_shapes.add(shape)
+
+    library = RequestLibrary([*range(2, 17)] * 2, 16, 100)
+    system = ServingSystem("padded-x", Baseline(), BatchPolicy(8, 0.0), library,
+                           torch.device("cpu"))
+    probes = probe_shapes(system, 3, seen={16, 13})
+    assert [p["batch"] for p in probes] == [8, 4, 2]
+    assert len({(p["batch"], p["longest"]) for p in probes}) == 3
+    assert not {p["longest"] for p in probes} & {16, 13}
+    for p in probes:
+        assert p["first_s"] >= 0.03 > p["second_s"], p
+        members = [n for n in library.lengths if n <= p["longest"]]
+        assert p["tokens"] <= sum(members) and p["tokens"] >= p["longest"]
+    assert probe_shapes(system, 0) == []
+
+
 def test_a_server_point_records_its_search_and_an_offline_point_its_throughput(tmp_path):
     from suite.serving.point import ServingPlan, measure
 
@@ -414,8 +443,10 @@ def _serve(tmp_path, system, repeat=0, **over):
 def test_a_served_system_records_offline_and_server_with_loadgen_logs_beside_it(tmp_path):
     from suite.experiments.bert_serving import logs_of
 
-    rec, out = _serve(tmp_path, "packed-reference", repeat=1)
+    rec, out = _serve(tmp_path, "packed-reference", repeat=1, shape_probes=2)
     assert rec.status.value == "ok", (rec.reason, rec.derived.get("traceback"))
+    probes = rec.derived["shape_probes"]
+    assert len(probes) == 2 and all(p["first_s"] > 0 and p["second_s"] > 0 for p in probes)
     assert rec.correctness["passed"] and rec.point["repeat"] == 1
     offline, server = (rec.derived["scenarios"][s] for s in ("Offline", "Server"))
     assert offline["samples_per_s"] > 0 and offline["loadgen_version"] == "6.0.17"

@@ -26,7 +26,7 @@ from suite.models import canonical_model
 from suite.records import Record, Status, new_record, outcome
 from suite.serving import loadgen
 from suite.serving.config import SECTION, ServingConfig, parse_system
-from suite.serving.point import ServingPlan, measure
+from suite.serving.point import ServingPlan, measure, probe_shapes
 from suite.serving.requests import request_lengths
 from suite.serving.systems import RequestLibrary, ServingSystem, create_baseline, policy_for
 
@@ -85,6 +85,8 @@ def _run(record: Record, cfg: ServingConfig, batching: str, baseline: str, repea
         record.status, record.reason = Status.INCORRECT, record.correctness["reason"]
         return
 
+    probes = probe_shapes(system("Server"), cfg.shape_probes,
+                          seen={library.lengths[i] for i in sample})
     results: dict[str, Any] = {}
     for scenario in scenarios:
         plan = ServingPlan(scenario, latency_bound_s=cfg.latency_bound_ms / 1000,
@@ -97,7 +99,8 @@ def _run(record: Record, cfg: ServingConfig, batching: str, baseline: str, repea
                                     first_qps=offline if scenario == "Server" else None)
     record.timing = {"timer": f"MLPerf LoadGen {loadgen.loadgen_version()}", "unit": "s",
                      "threads": threads, "device": str(device)}
-    record.derived = {"scenarios": results, "system": sut.details()}
+    record.derived = {"scenarios": results, "system": sut.details(),
+                      **({"shape_probes": probes} if probes else {})}
     invalid = [s for s, r in results.items() if not r["valid"]]
     record.status = Status.OK
     record.reason = (f"INVALID in {invalid}: see derived.scenarios' LoadGen reasons"

@@ -17,7 +17,8 @@ the workflow writes them), each step's outcome and time in ``steps.json``:
   gpt        a ~1B-parameter GPT trained in bf16 on one GPU: MFU against the datasheet peak
   serving    BERT-base served under MLPerf LoadGen in fp16: padded and length-bucketed
              dynamic batching against padding-free packing, Offline and the highest Server
-             QPS VALID at a p99 bound
+             QPS VALID at a p99 bound; and each system's first and second call at four
+             batch shapes it has not run (what a new shape costs it)
   ladder     the ByteTransformer ablation ladder at one point
   attention_kernels  SDPA's FlashAttention, cuDNN and memory-efficient kernels, causal, head
              dimension 128, 2k-32k tokens, forward and backward as fractions of peak beside
@@ -88,7 +89,7 @@ GPU = Sizes(
              "batching": {"Offline": {"max_batch": 64, "window_ms": 2},
                           "Server": {"max_batch": 32, "window_ms": 2}},
              "search": {"max_trials": 5, "rel_tol": 0.15, "start": 0.5, "step": 1.5},
-             "timeout_s": 120},
+             "timeout_s": 120, "shape_probes": 4},
     extra={"ladder_length": 256},
 )
 REHEARSAL = Sizes(
@@ -105,7 +106,8 @@ REHEARSAL = Sizes(
     peak_sizes=(64,),
     serving={"systems": ["padded-torch-eager", "packed-reference"], "max_len": 16,
              "library_size": 32, "buckets": [8, 16], "min_duration_s": 0.2, "threads": 1,
-             "gate_requests": 4, "search": {"max_trials": 2}, "timeout_s": 60},
+             "gate_requests": 4, "search": {"max_trials": 2}, "timeout_s": 60,
+             "shape_probes": 2},
     extra={"ladder_steps": (0, 5),  # the first and the last step: the same path, less time
            "probe_shapes": 6, "attention_heads": (2, 16), "attention_tokens": 64,
            "attention_lengths": (16, 32), "attention_check_len": 16},

@@ -452,7 +452,8 @@ def serving(pack) -> dict[str, Any]:
         found[system] = {"status": rec["status"], "reason": rec.get("reason", "")[:300],
                          "max_valid_qps": server.get("max_valid_qps"),
                          "p99_ms": (server.get("p99_s") or 0) * 1e3 or None,
-                         "offline_samples_per_s": offline.get("samples_per_s")}
+                         "offline_samples_per_s": offline.get("samples_per_s"),
+                         "shape_probes": (rec.get("derived") or {}).get("shape_probes")}
     return {"systems": found, **_statuses({k: v["status"] for k, v in found.items()})}
 
 

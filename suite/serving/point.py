@@ -53,6 +53,32 @@ def throughput_guess(system: ServingSystem, batches: int = 3) -> float:
     return batches * size / (time.perf_counter() - start)
 
 
+def probe_shapes(system: ServingSystem, count: int, seen: set[int] = frozenset()
+                 ) -> list[dict[str, Any]]:
+    """``count`` batches of shapes the system has not run, each called twice and both calls
+    timed: a padded framework may pay per new (batch size, longest request) for plans,
+    compilation or allocation, which LoadGen's latencies then carry. The k-th batch holds
+    ``max_batch / 2**k`` requests (at least 1) with its longest at a spread-out length not in
+    ``seen`` (the lengths the gate ran) where the library has one."""
+    lengths = system.library.lengths
+    fresh = sorted(set(lengths) - set(seen)) or sorted(set(lengths))
+    probes = []
+    for k in range(count):
+        longest = fresh[(len(fresh) - 1) * (count - k) // (count + 1)] if count else fresh[-1]
+        size = max(1, system.policy.max_batch >> k)
+        top = lengths.index(longest)
+        rest = [i for i, n in enumerate(lengths) if n <= longest and i != top][:size - 1]
+        batch, calls = [top, *rest], []
+        for _ in range(2):
+            start = time.perf_counter()
+            system.run_batch(batch)
+            calls.append(time.perf_counter() - start)
+        probes.append({"batch": len(batch), "longest": longest,
+                       "tokens": sum(lengths[i] for i in batch),
+                       "first_s": calls[0], "second_s": calls[1]})
+    return probes
+
+
 def measure(system: ServingSystem, plan: ServingPlan, logs: Path,
             first_qps: float | None = None) -> dict[str, Any]:
     lengths = system.library.lengths
