@@ -41,6 +41,41 @@ def test_a_point_is_checked_then_timed(tiny_cfg, baseline):
     assert rec.env["packages"]["torch"].startswith(torch.__version__.split("+")[0])
 
 
+@pytest.mark.parametrize("warmup", [0, 1, 3])
+def test_the_gates_call_is_the_first_warm_up_call_and_the_observed_one(tiny_cfg, monkeypatch,
+                                                                      warmup):
+    """Calls in order: build (once per shape), the gate's call (observed for its GEMM library:
+    the first call, with no call of its own), the rest of the warm-up, the timed calls."""
+    from suite.experiments import bert_varlen
+
+    calls, observed = [], []
+
+    class Counted(TorchEager):
+        def build(self, batch):
+            calls.append("build")
+
+        def run(self, batch):
+            calls.append("run")
+            return super().run(batch)
+
+    def observe(call):
+        observed.append(len(calls))
+        call()
+        return {"mkl_gemm_calls": 0, "onednn_gemm_calls": 0, "summary": "seen"}
+
+    monkeypatch.setattr(bert_varlen, "make_system", lambda *a: Counted())
+    monkeypatch.setattr(bert_varlen, "observe_gemm_library", observe)
+    cfg = dataclasses.replace(tiny_cfg, timing=dataclasses.replace(tiny_cfg.timing,
+                                                                   warmup=warmup))
+    rec = run_point(cfg, "torch-eager", 3, 16, show_progress=False)
+    assert rec.status is Status.OK, rec.reason
+    timed = len(rec.timing["samples"])
+    assert calls == ["build"] + ["run"] * (1 + max(0, warmup - 1) + timed)
+    assert observed == [1]  # the gate's call, right after the build
+    assert rec.derived["gemm_library"]["summary"] == "seen"
+    assert rec.timing["untimed_calls"] == {"correctness_gate": 1, "warmup": max(0, warmup - 1)}
+
+
 def test_the_first_job_of_a_point_shares_its_oracle_and_the_others_read_it(tiny_cfg,
                                                                          tmp_path):
     """With an oracle folder, the float64 output is computed by the first job of a point and

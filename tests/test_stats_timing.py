@@ -91,6 +91,14 @@ def test_observing_a_call_costs_no_call_of_its_own(warmup):
     assert observed == [warmup - 1 if warmup else 3]
 
 
+@pytest.mark.parametrize("warmup,made,extra", [(2, 1, 1), (1, 1, 0), (0, 1, 0), (3, 5, 0)])
+def test_calls_already_made_count_toward_the_warm_up(warmup, made, extra):
+    calls = []
+    samples = measure(lambda: calls.append(1), torch.device("cpu"),
+                      TimingPolicy(warmup, 3, 0.0, 3), calls_made=made)
+    assert len(samples) == 3 and len(calls) == 3 + extra
+
+
 def test_bad_policy_is_named():
     with pytest.raises(ValueError, match="invalid timing policy"):
         TimingPolicy(min_repeats=0)

@@ -197,3 +197,30 @@ def test_a_warm_child_takes_the_callers_limits_and_umask(capfd):
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
         os.umask(old_mask)
     assert capfd.readouterr().out == "200 0o27\n"
+
+
+@pytest.mark.parametrize("command", ["train", "serve"])
+def test_a_supervisor_that_imports_torch_is_handed_to_a_warm_server(monkeypatch, command):
+    """``train`` (a trainer's launcher) and ``serve`` import torch before they hand their job to
+    a child: the console script forwards them whole, so the server's torch serves both."""
+    from suite import cli
+
+    handed = []
+    monkeypatch.setattr(warm, "forward", lambda cmd: handed.append(cmd) or 0)
+    monkeypatch.setattr(sys, "argv", ["seedbench", command, "--help"])
+    assert cli.main() == 0
+    assert handed == [[sys.executable, "-m", "suite.cli", command, "--help"]]
+
+
+def test_the_bert_points_supervisor_imports_no_torch(tmp_path):
+    """``run`` is left cold: up to its child's start it imports no torch (were it to, it should
+    be forked warm like ``train``)."""
+    code = ("import sys\nfrom suite.launch import jobs\n"
+            "jobs.run_isolated = lambda *a, **k: print('launched')\n"
+            "from suite.cli import main\n"
+            "main(['run', 'bert_varlen', '--system', 'torch-eager', '--batch-size', '2',"
+            f" '--max-seq-len', '8', '--section-json', '{{}}', '--out', '{tmp_path}/r.json'])\n"
+            "print('torch' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.stdout.split() == ["launched", "False"], done.stderr[-2000:]

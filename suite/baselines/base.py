@@ -60,6 +60,14 @@ class Baseline(ABC):
         (a tensor or array). On a GPU it may return with its kernels still queued, as PyTorch
         does: whoever times it synchronizes (``suite.measure.timing``, the serving systems)."""
 
+    def build(self, batch: BertBatch) -> None:
+        """Work a system does once per batch shape before it can run one (a trace, say), done
+        ahead of the shape's first call so that this call is a plain one: the correctness
+        gate's, which is also the first warm-up call and the one whose GEMM library is
+        observed. A system whose first call builds anyway (a compile, an XLA cluster) may
+        leave it to that call; serving calls ``run`` alone, so ``run`` must build too."""
+        return None
+
     def set_timing(self, policy: dict[str, Any]) -> None:
         """For ``times_itself`` baselines: the timing policy to apply (before the first run).
         The others time from outside and ignore it."""

@@ -70,9 +70,10 @@ class TorchJit(TorchEager):
     """Padded: a TorchScript trace of the HF model (eager attention), frozen.
 
     Tracing needs example inputs and gives a shape-specialized graph, so the model is traced
-    lazily on the first ``run`` of each ``[B, S]`` shape (the correctness-gate call, never a timed
-    one), then ``torch.jit.freeze`` and ``torch.jit.optimize_for_inference``. Under tracing HF
-    always builds the padding mask (no data-dependent skip), so one trace serves any lengths.
+    per ``[B, S]`` shape in ``build`` (before the correctness gate's call, never in a timed one;
+    ``run`` builds a shape it has not seen, as in serving), then ``torch.jit.freeze`` and
+    ``torch.jit.optimize_for_inference``. Under tracing HF always builds the padding mask (no
+    data-dependent skip), so one trace serves any lengths.
     """
 
     name = "torch-jit"
@@ -104,13 +105,16 @@ class TorchJit(TorchEager):
             "trace_s": traced_at - start, "freeze_s": done - traced_at}
         return scripted
 
-    @torch.inference_mode()
-    def run(self, batch: BertBatch) -> torch.Tensor:
+    def build(self, batch: BertBatch) -> None:
         shape = tuple(batch.input_ids.shape)
         if shape not in self.scripted:
-            with torch.inference_mode(False):  # tracing and freezing need normal tensors
-                self.scripted[shape] = self._script(batch)
-        return self.scripted[shape](*self.inputs(batch).values())
+            self.scripted[shape] = self._script(batch)
+
+    @torch.inference_mode()
+    def run(self, batch: BertBatch) -> torch.Tensor:
+        with torch.inference_mode(False):  # tracing and freezing need normal tensors
+            self.build(batch)
+        return self.scripted[tuple(batch.input_ids.shape)](*self.inputs(batch).values())
 
     def details(self) -> dict:
         first = next(iter(self.build_s.values()), {})

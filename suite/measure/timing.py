@@ -17,15 +17,19 @@ def timer_name(device: torch.device) -> str:
 
 def measure(fn: Callable[[], object], device: torch.device, policy: TimingPolicy,
             progress: Callable[[int], None] | None = None,
-            observe: Callable[[Callable[[], object]], object] | None = None) -> list[float]:
+            observe: Callable[[Callable[[], object]], object] | None = None,
+            calls_made: int = 0) -> list[float]:
     """Seconds per call of ``fn``. On CUDA, events around each call and a synchronize per
     sample; on CPU, ``perf_counter`` (CPU ops are synchronous).
 
+    ``calls_made``: untimed calls of ``fn`` with these inputs already made (a correctness
+    gate's): they count toward the policy's warm-up, which makes only the rest.
     ``observe(fn)`` makes the last warm-up call itself (e.g. with a library's verbose log on),
     so that what it watches costs no call of its own; with no warm-up it makes one more call
     after the timed ones."""
-    for i in range(policy.warmup):
-        if observe is not None and i == policy.warmup - 1:
+    warmup = max(0, policy.warmup - calls_made)
+    for i in range(warmup):
+        if observe is not None and i == warmup - 1:
             observe(fn)
         else:
             fn()
@@ -38,7 +42,7 @@ def measure(fn: Callable[[], object], device: torch.device, policy: TimingPolicy
         samples.append(_time_once(fn, device))
         if progress is not None:
             progress(len(samples))
-    if observe is not None and not policy.warmup:
+    if observe is not None and not warmup:
         observe(fn)
     return samples
 
