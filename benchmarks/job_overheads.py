@@ -6,6 +6,10 @@ each pair timed end to end, interleaved, in one run on one machine.
   job of the point wrote it) against the same job computing its own (no folder). The first
   job, which computes and writes it, is timed apart: a point with N systems saves about
   (N - 1) x (own - shared).
+- **Warm supervisor**: a one-process and a two-rank training job as the workflow calls them
+  (`seedbench train`, whose supervisor a warm server forks, and which then has its launcher or
+  process forked warm too) against the same command with its supervisor in a cold interpreter
+  (it imports torch to read its trainer's launcher; before, only its child started warm).
 - **Warm launcher**: a two-rank DDP training job (`seedbench train`, as the llm_point rule
   calls it) whose torchrun agent is forked warm (`python -m torch.distributed.run`, the
   default) against the same job started by the `torchrun` console script (a cold interpreter
@@ -113,6 +117,40 @@ def launcher_pair(config: dict, reps: int, tmp: Path) -> dict:
             "saved_per_job_s": med["cold_agent"] - med["warm_agent"]}
 
 
+def supervisor_pair(config: dict, reps: int, tmp: Path) -> dict:
+    """The first one-process and the first two-rank job the config plans, each as the workflow
+    calls it (``seedbench train``: the supervisor forwarded to a warm server, which then forks
+    its launcher or its one process too) against the same command with the supervisor run
+    cold in a fresh interpreter (as before: it imported torch, and only its child started
+    warm)."""
+    planned = [j for js in llm_plan.jobs(config).values() for j in js if j.nnodes == 1]
+    picked = {"single": next(j for j in planned if j.nprocs == 1),
+              "two_ranks": next(j for j in planned if j.nprocs == 2)}
+    cold_main = [sys.executable, "-c", "import sys; from suite.cli import main; "
+                                       "sys.exit(main(sys.argv[1:]))"]
+    result = {}
+    for kind, job in picked.items():
+        out, steps = tmp / f"{kind}.json", tmp / f"{kind}.steps.jsonl"
+        args = ["train", job.experiment, "--trainer", job.trainer, "--nprocs", str(job.nprocs),
+                "--check-steps", str(job.check_steps), "--train-json", json.dumps(job.train),
+                "--out", str(out), "--steplog", str(steps)]
+        times: dict[str, list[float]] = {"cold_supervisor": [], "warm_supervisor": []}
+        for rep in range(reps):
+            order = (("cold_supervisor", "warm_supervisor") if rep % 2 == 0
+                     else ("warm_supervisor", "cold_supervisor"))
+            for mode in order:
+                times[mode].append(_wall([*(cold_main if mode == "cold_supervisor"
+                                            else [SEEDBENCH]), *args]))
+                if _ok(out, kind)["env"]["process_start"] != "warm fork":
+                    raise SystemExit(f"{kind} ({mode}): its process did not start warm")
+        med = {k: median(v) for k, v in times.items()}
+        result[kind] = {"job": {"experiment": job.experiment, "label": job.label,
+                                "trainer": job.trainer, "nprocs": job.nprocs},
+                        "times_s": times, "median_s": med,
+                        "saved_per_job_s": med["cold_supervisor"] - med["warm_supervisor"]}
+    return result
+
+
 def main() -> int:
     args = common.arguments(__doc__, "job_overheads", reps=3)
     config = load(args.config)
@@ -121,7 +159,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         oracle = oracle_pair(cfg, args.reps, Path(tmp))
         launcher = launcher_pair(config, args.reps, Path(tmp))
-    common.write("job_overheads", args, {"oracle": oracle, "launcher": launcher})
+        supervisor = supervisor_pair(config, args.reps, Path(tmp))
+    common.write("job_overheads", args, {"oracle": oracle, "launcher": launcher,
+                                         "supervisor": supervisor})
     o, la = oracle["median_s"], launcher["median_s"]
     p = oracle["point"]
     print(f"oracle, {p['experiment']} {p['system']} b{p['batch_size']}_l{p['max_seq_len']}: "
@@ -130,7 +170,13 @@ def main() -> int:
           f"which writes it, {o['first']:.1f} s", file=sys.stderr)
     print(f"launcher, {launcher['job']['experiment']} {launcher['job']['trainer']}: cold agent "
           f"{la['cold_agent']:.1f} s, warm agent {la['warm_agent']:.1f} s "
-          f"({launcher['saved_per_job_s']:.1f} s a job) -> {args.out}", file=sys.stderr)
+          f"({launcher['saved_per_job_s']:.1f} s a job)", file=sys.stderr)
+    for kind, s in supervisor.items():
+        m = s["median_s"]
+        print(f"supervisor, {s['job']['experiment']} {s['job']['trainer']} ({kind}): cold "
+              f"{m['cold_supervisor']:.1f} s, warm {m['warm_supervisor']:.1f} s "
+              f"({s['saved_per_job_s']:.1f} s a job)", file=sys.stderr)
+    print(f"-> {args.out}", file=sys.stderr)
     return 0
 
 

@@ -39,20 +39,25 @@ def test_a_warm_child_gets_the_callers_argv_environment_directory_and_streams(tm
     assert capfd.readouterr().out == f"['a', 'b c'] {tmp_path} probe value True\n"
 
 
-def test_a_warm_childs_own_children_are_cold_but_may_start_warm(capfd):
-    """A warm launcher (torchrun forked by the server) starts its ranks as new processes: they
-    inherit the mark, yet are not forks themselves, and may ask the same server for one."""
-    probe = ("from suite.launch import warm; import os; "
+def test_a_warm_child_runs_in_place_and_its_children_may_start_warm(capfd):
+    """A warm child never hands itself on again (``forward`` runs it in place), yet it may ask
+    the same server for children of its own: a supervisor forked warm starts its launcher warm.
+    A warm launcher's ranks, new processes that inherit the mark, may too."""
+    probe = ("from suite.launch import warm; import os, sys; "
              "print(warm.is_warm_child(), warm.enabled()[0], "
+             "warm.forward([sys.executable, '-c', 'pass']), "
              "warm.server_key(dict(os.environ)), flush=True)")
-    code = ("import subprocess, sys; exec(sys.argv[1]); "
+    code = ("import subprocess, sys; from suite.launch import warm; exec(sys.argv[1]); "
+            "kid = warm.popen([sys.executable, '-c', sys.argv[1]]); "
+            "print('forked' if kid is not None and kid.wait() == 0 else 'cold', flush=True); "
             "subprocess.run([sys.executable, '-c', sys.argv[1]], check=True)")
     proc = warm.popen([sys.executable, "-c", code, probe])
     assert proc is not None and proc.wait(timeout=60) == 0
-    child, grandchild = [line.split() for line in capfd.readouterr().out.splitlines()]
+    child, forked, how, started = [line.split() for line in capfd.readouterr().out.splitlines()]
     key = warm.server_key(dict(os.environ))
-    assert child == ["True", "False", key]  # a fork: it runs in place, never forks again
-    assert grandchild == ["False", "True", key]  # not a fork; the same server serves it
+    assert child == ["True", "True", "None", key]  # a fork: in place, yet may ask for more
+    assert forked == ["True", "True", "None", key] and how == ["forked"]  # its warm child
+    assert started == ["False", "True", "0", key]  # not a fork: forward hands it on
 
 
 def test_a_launchers_ranks_ask_the_server_their_launcher_was_forked_by(tmp_path):

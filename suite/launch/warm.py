@@ -85,8 +85,6 @@ def enabled() -> tuple[bool, str]:
         return False, "needs Linux (abstract sockets and pidfds)"
     if "SLURM_JOB_ID" in os.environ:
         return False, "inside a SLURM job, whose processes end with it"
-    if is_warm_child():
-        return False, "already a warm child"
     return True, ""
 
 
@@ -209,8 +207,12 @@ def _umask() -> int:
 def forward(cmd: list[str]) -> int | None:
     """Run ``cmd`` as a warm child in place of this process: its streams are this process's,
     SIGTERM or Ctrl-C here kills it, and its end is this process's (the exit code, or death by
-    the same signal). None when no warm start could be had: the caller runs the command itself.
-    """
+    the same signal). None when no warm start could be had, or this process is itself a warm
+    child (forwarded here: it runs the command in place, never hands it on again); the caller
+    then runs the command itself. A warm child may still ask for children of its own
+    (``popen``): a supervisor forked warm starts its launcher warm."""
+    if is_warm_child():
+        return None
     # The handler is in place before the fork: a SIGTERM that landed before the child's pid is
     # known would otherwise kill this process and leave the child running.
     proc: WarmProcess | None = None
