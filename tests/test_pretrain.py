@@ -128,6 +128,10 @@ def test_variants_cover_r_and_the_m_ablation_once():
     assert got == [(2, 2, "main"), (2, 3, "main"), (2, 4, "main"), (1, 2, "m_ablation")]
     with pytest.raises(ConfigError, match=r"r=1.5 with m=1 gives n=1.5"):
         pretrain_config.variants(_vwn_section(m=1))
+    # an integer written as a float (YAML 2.0) passes the schema and means the same runs
+    floats = _vwn_section(m=2.0, m_ablation={"r": 2, "m": [1.0, 2.0]})
+    assert [(v.m, v.n, v.label) for v in pretrain_config.variants(floats)] == \
+        [(v.m, v.n, v.label) for v in pretrain_config.variants(vwn)]
 
 
 def test_baseline_is_frozen_plain_and_longer():

@@ -110,12 +110,13 @@ def _n_for(r: float, m: int, where: str) -> int:
 
 
 def variants(vwn: dict[str, Any]) -> list[Variant]:
-    """The runs' (m, n), main series first; a variant in both series is run once (as main)."""
-    m = vwn["m"]
+    """The runs' (m, n), main series first; a variant in both series is run once (as main).
+    The schema's integers may come as floats (YAML's ``2.0``): m is an int from here on."""
+    m = int(vwn["m"])
     out = [Variant(m, _n_for(r, m, "vwn.expansions"), "main") for r in vwn["expansions"]]
     ab = vwn["m_ablation"]
     if ab["enabled"]:
-        for mm in ab["m"]:
+        for mm in map(int, ab["m"]):
             v = Variant(mm, _n_for(ab["r"], mm, "vwn.m_ablation"), "m_ablation")
             if all((v.m, v.n) != (o.m, o.n) for o in out):
                 out.append(v)
