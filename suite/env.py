@@ -13,7 +13,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from suite.launch.warm import is_warm_child
+from suite.launch.warm import process_start
 
 # Distributions whose versions every record carries. Read from package metadata, never imported:
 # importing tensorflow before triton crashes the process.
@@ -94,7 +94,7 @@ def capture(torch_info: bool = True) -> dict[str, Any]:
         "packages": package_versions(),
         "git": git_state(),
         # forked by suite.launch.warm after its imports, or a process started cold
-        "process_start": "warm fork" if is_warm_child() else "cold",
+        "process_start": process_start(),
     }
     if torch_info:
         import torch

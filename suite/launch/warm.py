@@ -93,6 +93,11 @@ def is_warm_child() -> bool:
     return os.environ.get(CHILD_MARK) == str(os.getpid())
 
 
+def process_start() -> str:
+    """How this process started, as records say it: ``warm fork`` or ``cold``."""
+    return "warm fork" if is_warm_child() else "cold"
+
+
 def server_key(env: dict[str, str]) -> str:
     """What a server's imports depend on; equal keys may share one server."""
     h = hashlib.sha256()

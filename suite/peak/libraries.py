@@ -390,10 +390,9 @@ def _main(argv: list[str] | None = None) -> int:
         else:
             result = time_library(a.library, a.dtype, a.sizes, a.repeats, a.min_time_s,
                                   a.threads)
-        from suite.launch.warm import is_warm_child
+        from suite.launch.warm import process_start
 
-        out = {"status": "ok", "result": {
-            **result, "process_start": "warm fork" if is_warm_child() else "cold"}}
+        out = {"status": "ok", "result": {**result, "process_start": process_start()}}
     except LibraryUnavailable as e:
         out = {"status": "unavailable", "reason": str(e)}
     sys.stdout.flush()

@@ -64,7 +64,7 @@ def probe_shapes(system: ServingSystem, count: int, seen: set[int] = frozenset()
     fresh = sorted(set(lengths) - set(seen)) or sorted(set(lengths))
     probes = []
     for k in range(count):
-        longest = fresh[(len(fresh) - 1) * (count - k) // (count + 1)] if count else fresh[-1]
+        longest = fresh[(len(fresh) - 1) * (count - k) // (count + 1)]
         size = max(1, system.policy.max_batch >> k)
         top = lengths.index(longest)
         rest = [i for i, n in enumerate(lengths) if n <= longest and i != top][:size - 1]
