@@ -190,8 +190,16 @@ def test_recompute_and_attention_kernels():
     half = estimate(model, hw, replace(base, recompute="full", recompute_fraction=0.5))
     assert time["none"] < half.iteration_time_s < time["full"]
     kinds = {k: estimate(model, hw, replace(base, attention=k)).iteration_time_s
-             for k in ("flash", "flash1", "fused_softmax", "unfused")}
-    assert kinds["flash"] < kinds["flash1"] and kinds["fused_softmax"] < kinds["unfused"]
+             for k in ("flash", "flash2", "flash1", "fused_softmax", "unfused")}
+    # on Ampere the best kernel is FlashAttention-2; FlashAttention-1's generation runs at half
+    assert kinds["flash"] == kinds["flash2"] < kinds["flash1"] and \
+        kinds["fused_softmax"] < kinds["unfused"]
+    hopper = {k: stage_works(model, replace(base, attention=k), H100_SXM)[0].attention
+              for k in ("flash", "flash2", "flash1")}
+    assert hopper["flash"] < hopper["flash2"] and hopper["flash1"] == pytest.approx(
+        2 * hopper["flash2"])
+    with pytest.raises(ValueError, match="attention='unfused' is not a tiled kernel"):
+        hw.flash_fractions("unfused")
     # flash: causal, so half the dense FLOPs, the backward 2.5x the forward, at the
     # published fractions of peak; selective recompute re-runs the forward once
     works = stage_works(model, base, hw)[0]
@@ -579,10 +587,12 @@ def test_published_runs_as_model_inputs(runs, paper):
     assert full.layout.tp_overlap == pytest.approx(1 / 3) and present.layout.tp_overlap == 0.5
     mpt = by[("llmfoundry_mpt", "MPT-70b s2048 512 GPUs mb8 b4096", "llm-foundry (H100)")]
     assert (mpt.layout.dp_mode, mpt.layout.attention, mpt.layout.loss) == \
-        ("fsdp", "flash1", "fused")
+        ("fsdp", "flash2", "fused")  # attn_impl flash: flash-attn 2
     assert mpt.iteration_time_s == pytest.approx(4096 * 2048 / 515636)
     mpt3 = by[("llmfoundry_mpt", "MPT-3b s2048 512 GPUs mb8 b4096", "llm-foundry (H100)")]
     assert mpt3.layout.dp_mode == "zero2"  # SHARD_GRAD_OP
+    triton = by[("llmfoundry_mpt", "MPT-7b s65536 8 GPUs mb1 b16", "llm-foundry (H100)")]
+    assert triton.layout.attention == "flash1"  # attn_impl triton: FlashAttention-1's generation
     bloom = by[("bloom176b", "176B b2048 iteration 12695", "Megatron-DeepSpeed (BLOOM, Jean Zay)")]
     assert (bloom.layout.tp, bloom.layout.pp, bloom.layout.dp, bloom.layout.micro_batches) == \
         (4, 12, 8, 128)
@@ -673,4 +683,4 @@ def test_the_attention_probe_counts_flops_as_flashattention_does_and_compares():
     summary = attention_summary(rows, H100_SXM)
     assert summary["flash"] == {"forward": 0.4, "backward": 0.2}  # medians
     assert "cudnn" not in summary  # nothing correct was timed
-    assert summary["assumed"]["flash1"] == {"forward": 0.35, "backward": 0.3}
+    assert summary["assumed"]["flash2"] == {"forward": 0.35, "backward": 0.3}

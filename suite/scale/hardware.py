@@ -18,15 +18,21 @@ depth are CUTLASS's defaults for bf16 tensor-op GEMMs: 3 stages on sm80
 (include/cutlass/gemm/device/default_gemm_configuration.h), 4 on sm90 (the collective builder's
 stage count at this tile with 228 KB of shared memory).
 
-FlashAttention's throughput (fraction of peak, forward and backward, head dim 128 and the long
-sequences of training), for the ``flash`` kernel and the ``flash1`` generation before it:
-- A100: FlashAttention-2 (Dao 2023, arXiv 2307.08691, Sec. 4.1: up to 73% forward, 63%
-  backward); FlashAttention-1 at half that (the same paper: FlashAttention-2 is about 2x
-  FlashAttention, which reaches 25-40% of peak).
-- H100/H200: the Hopper kernels (FlashAttention-3, Shah et al. 2024, arXiv 2407.08608: up to 75%
-  forward in bf16, about half the peak backward; cuDNN's fused attention, which Transformer
-  Engine runs, is on par in its Fig. 5/6); FlashAttention-2 on Hopper reaches about 35% forward
-  and 30% backward (the same paper's benchmarks).
+FlashAttention's throughput (fraction of peak, forward and backward, head dimension 128 and the
+long sequences of training), per kernel kind (``suite.scale.layout.ATTENTION``):
+- ``flash2``, FlashAttention-2: on A100 up to 73% forward, 63% backward (Dao 2023, arXiv
+  2307.08691, Sec. 4.1); on H100/H200 about 35% forward and 30% backward (the FlashAttention-3
+  paper's benchmarks of it, Shah et al. 2024, arXiv 2407.08608; measured on the lent H200 at
+  31-34% / 23-32%, ``seedbench gpu-check``'s attention_kernels step).
+- ``flash``, the architecture's best kernel: FlashAttention-2 on Ampere; on Hopper the kernels
+  written for it (FlashAttention-3: up to 75% forward in bf16, about half the peak backward;
+  cuDNN's fused attention, which Transformer Engine runs, on par in that paper's Fig. 5/6).
+- ``flash1``, the generation before FlashAttention-2 (FlashAttention-1, and the Triton kernel of
+  its time, ``flash_attn_triton``, that llm-foundry runs as ``attn_impl: triton``): half of
+  FlashAttention-2 on the same GPU. Dao 2023 measures FlashAttention-2 "around 2x faster" than
+  FlashAttention-1, and 1.3-1.5x (forward) and 2x (backward) faster than FlashAttention in
+  Triton, on A100 (Sec. 4.1). Neither generation has Hopper's instructions (wgmma, TMA), so the
+  ratio is taken to hold on Hopper too: 17.5% / 15% there.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from numbers import Integral, Real
 
 from suite.scale.checks import check_positive, check_positive_int
 
+FLASH_KINDS = ("flash", "flash2", "flash1")  # the tiled kernels, no s x s scores in HBM
 GiB = 1024 ** 3  # "80 GB" A100s and H100s hold 80 GiB of HBM; the H200's 141 GB are decimal
 
 
@@ -57,6 +64,8 @@ class Hardware:
     pipeline_stages: int = 3
     flash_fwd: float = 0.73
     flash_bwd: float = 0.63
+    flash2_fwd: float = 0.73
+    flash2_bwd: float = 0.63
     flash1_fwd: float = 0.365
     flash1_bwd: float = 0.315
     gpus_per_node: int = 8
@@ -66,16 +75,19 @@ class Hardware:
     straggler: float = 0.0
 
     def flash_fractions(self, kind: str) -> tuple[float, float]:
-        """(forward, backward) fraction of peak of a ``flash`` or ``flash1`` kernel."""
-        return (self.flash_fwd, self.flash_bwd) if kind == "flash" else (self.flash1_fwd,
-                                                                          self.flash1_bwd)
+        """(forward, backward) fraction of peak of a ``flash``, ``flash2`` or ``flash1``
+        kernel."""
+        if kind not in FLASH_KINDS:
+            raise ValueError(f"attention={kind!r} is not a tiled kernel; one of {FLASH_KINDS}")
+        return getattr(self, f"{kind}_fwd"), getattr(self, f"{kind}_bwd")
 
     def __post_init__(self) -> None:
         for name in ("peak_flops", "nvlink_bw", "network_bw", "hbm_bw", "hbm_bytes",
                      "nvlink_latency_s", "network_latency_s"):
             check_positive(name, getattr(self, name))
-        for name in ("flash_fwd", "flash_bwd", "flash1_fwd", "flash1_bwd"):
-            check_positive(name, getattr(self, name))
+        for kind in FLASH_KINDS:
+            check_positive(f"{kind}_fwd", getattr(self, f"{kind}_fwd"))
+            check_positive(f"{kind}_bwd", getattr(self, f"{kind}_bwd"))
         for name in ("sms", "k_step", "pipeline_stages", "gpus_per_node"):
             check_positive_int(name, getattr(self, name))
         if not self.tiles or any(len(t) != 2 or not all(isinstance(x, Integral) and x > 0
@@ -95,10 +107,12 @@ A100_40GB = Hardware("A100-40GB", peak_flops=312e12, nvlink_bw=300e9, network_bw
                      hbm_bw=1.555e12, hbm_bytes=40 * GiB, sms=108)
 H100_SXM = Hardware("H100", peak_flops=989e12, nvlink_bw=450e9, network_bw=50e9,
                     hbm_bw=3.35e12, hbm_bytes=80 * GiB, sms=132, pipeline_stages=4,
-                    flash_fwd=0.75, flash_bwd=0.5, flash1_fwd=0.35, flash1_bwd=0.3)
+                    flash_fwd=0.75, flash_bwd=0.5, flash2_fwd=0.35, flash2_bwd=0.3,
+                    flash1_fwd=0.175, flash1_bwd=0.15)
 H200_SXM = Hardware("H200", peak_flops=989e12, nvlink_bw=450e9, network_bw=50e9,
                     hbm_bw=4.8e12, hbm_bytes=141e9, sms=132, pipeline_stages=4,
-                    flash_fwd=0.75, flash_bwd=0.5, flash1_fwd=0.35, flash1_bwd=0.3)
+                    flash_fwd=0.75, flash_bwd=0.5, flash2_fwd=0.35, flash2_bwd=0.3,
+                    flash1_fwd=0.175, flash1_bwd=0.15)
 # "A100" is the 80 GB part: the published A100 runs (Selene, MegaScale) used it.
 HARDWARE: dict[str, Hardware] = {"A100": A100_80GB, "A100-80GB": A100_80GB,
                                  "A100-40GB": A100_40GB, "H100": H100_SXM, "H200": H200_SXM}

@@ -8,10 +8,11 @@ Vocabularies (one place):
   ``--recompute-num-layers`` and torchtitan's layer-wise selective checkpointing do).
 - ``ATTENTION``: unfused (the scores materialized by separate kernels, as eager PyTorch runs
   them); fused_softmax (scores materialized, scale + mask + softmax in one kernel, Megatron's);
-  flash (the architecture's best tiled kernel, no s x s tensor in HBM: FlashAttention-2 on
-  Ampere, FlashAttention-3 or cuDNN's on Hopper); flash1 (a kernel of the generation before:
-  FlashAttention-1 or the Triton one on Ampere; FlashAttention-2 on Hopper, which uses none of
-  Hopper's instructions).
+  the tiled kernels, no s x s tensor in HBM (their fractions of peak per GPU:
+  ``suite.scale.hardware``): flash (the architecture's best: FlashAttention-2 on Ampere,
+  FlashAttention-3 or cuDNN's on Hopper); flash2 (FlashAttention-2 on any GPU: on Hopper it
+  uses none of Hopper's instructions); flash1 (the generation before: FlashAttention-1, the
+  Triton kernel of its time).
 - ``DP_MODES``: allreduce (DDP's gradient all-reduce); zero1, zero2 (the distributed optimizer:
   gradient reduce-scatter and parameter all-gather, optimizer state, and for zero2 the
   gradients, sharded); fsdp (ZeRO-3: parameters sharded too, all-gathered per micro-batch).
@@ -37,7 +38,7 @@ from suite.scale.checks import (
 )
 
 RECOMPUTE = CHECKPOINTING  # the GPT's checkpointing modes; suite.mfu counts their FLOPs
-ATTENTION = ("unfused", "fused_softmax", "flash1", "flash")
+ATTENTION = ("unfused", "fused_softmax", "flash1", "flash2", "flash")
 DP_MODES = ("allreduce", "zero1", "zero2", "fsdp")
 # The cross entropy over the logits: (HBM bytes per logit forward + backward, bytes per logit
 # held at the backward's start). megatron: the vocab-parallel fp32 loss, unfused but in place

@@ -20,8 +20,9 @@ Columns (empty = not given; names are exact, an unknown column is an error):
   layout        tp, pp, micro_batch, global_batch (required); gpus or dp; virtual_stages (1),
                 first_stage_layers, last_stage_layers, recompute (none | selective | full),
                 recompute_fraction (the share of layers full recompute covers, 1),
-                sequence_parallel (false), attention (unfused | fused_softmax | flash), dp_mode
-                (allreduce | zero1 | zero2 | fsdp), tp_overlap, pp_overlap, dp_overlap
+                sequence_parallel (false), attention (unfused | fused_softmax | flash1 |
+                flash2 | flash), dp_mode (allreduce | zero1 | zero2 | fsdp), tp_overlap,
+                pp_overlap, dp_overlap
                 (fractions hidden), grad_bytes (4), loss (megatron | eager | fused: the cross
                 entropy's kernels, ``suite.scale.layout.LOSS_KINDS``)
   measured      iteration_time_s, or tokens_per_s (the whole job's), or only mfu_percent (then

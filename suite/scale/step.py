@@ -10,10 +10,11 @@ A stage's slot:
   attention  unfused / fused_softmax: the Q K^T and P V batched GEMMs as above, and the s x s
              scores written and read (bytes per score element, forward and backward, at HBM
              bandwidth: ``SCORE_BYTES``; dropout adds its read, write and mask); recompute
-             repeats the forward's. flash, flash1: FlashAttention's FLOPs (causal: the kernel
-             skips the blocks above the diagonal, so half of the dense count; its backward runs
-             5 matmuls to the forward's 2: 2.5 x) at the kernel's published fraction of peak
-             (``Hardware.flash_fractions``); no scores in HBM; recompute re-runs its forward.
+             repeats the forward's. flash, flash2, flash1: FlashAttention's FLOPs (causal: the
+             kernel skips the blocks above the diagonal, so half of the dense count; its
+             backward runs 5 matmuls to the forward's 2: 2.5 x) at the kernel's published
+             fraction of peak (``Hardware.flash_fractions``); no scores in HBM; recompute
+             re-runs its forward.
   memory     element-wise work of a layer per token, in h-sized activations of 2 bytes: two
              norms (read + write each), two residual adds (2 reads + 1 write), two dropouts
              (read + write) when the model has dropout: forward 10 (+4), backward twice that;
