@@ -30,6 +30,7 @@ from suite.scale.model import Gemm, ModelConfig
 from suite.scale.runs import RunsError, read_runs, runs_from_frame
 from suite.scale.search import search
 from suite.scale.step import (
+    BREAKDOWN,
     NCCL_BASE_LATENCY,
     Terms,
     allreduce_latency,
@@ -46,7 +47,7 @@ from suite.scale.step import (
     uneven_bubble_slots,
 )
 from suite.scale.systems import SYSTEMS
-from suite.scale.validate import fit, predict, summarize, user_system
+from suite.scale.validate import fit, predict, summarize, user_system, weak_calibration
 
 SMALL = ModelConfig(layers=4, hidden=8, heads=2, seq_len=16, vocab=100)
 HW = Hardware("test", peak_flops=1e12, nvlink_bw=1e9, network_bw=1e8, hbm_bw=1e12,
@@ -484,6 +485,7 @@ def test_validate_cli(capsys, tmp_path):
                  "--out", str(out)]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["calibration"] == cal.split(",") and report["peer"] == peer.PEER
+    assert report["weak_calibration"] == []  # both rows spend most of their time in GEMMs
     (summary,) = report["summary"]
     assert summary["runs"] == 6 and summary["sweeps"] == 2
     assert len(pd.read_csv(out)) == 8
@@ -495,6 +497,26 @@ def test_validate_cli(capsys, tmp_path):
     pd.DataFrame([ROW, {**ROW, "id": "b", "gpu": "B200"}]).to_csv(bad, index=False)
     assert main(["scale-model", "validate", str(bad), "--calibrate", "a"]) == 2
     assert f"{bad}: row 2 (id b): column gpu: 'B200' is not one of" in capsys.readouterr().err
+
+
+def test_a_calibration_row_mostly_bubble_is_flagged(capsys, tmp_path):
+    """One micro-batch through 8 stages is 1/8 work and 7/8 bubble: the ceiling fitted on it
+    would absorb the bubble's errors, so validate warns; 64 micro-batches do not."""
+    model, hw = ModelConfig(layers=32, hidden=4096, heads=32, seq_len=2048, vocab=50000), \
+        replace(A100_80GB, gemm_efficiency=0.6)
+    rows = []
+    for rid, batch in (("deep", 1), ("wide", 64)):
+        lay = Layout(tp=1, pp=8, dp=1, micro_batch=1, global_batch=batch)
+        rows.append({**ROW, "id": rid, "pp": 8, "global_batch": batch, "tokens_per_s": None,
+                     "iteration_time_s": estimate(model, hw, lay).iteration_time_s})
+    path = tmp_path / "runs.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    runs, calibration = user_system(read_runs(path), "mine", ["deep"])
+    (line,) = weak_calibration(predict(runs, calibration))
+    assert line.startswith("mine: calibration row 'deep' spends ") and "(bubble 8" in line
+    assert weak_calibration(predict(*user_system(read_runs(path), "mine", ["wide"]))) == []
+    assert main(["scale-model", "validate", str(path), "--calibrate", "deep"]) == 0
+    assert "warning: runs: calibration row 'deep' spends" in capsys.readouterr().err
 
 
 # --- what-if and search ---------------------------------------------------------------------
@@ -625,9 +647,7 @@ def test_prediction_errors(predictions):
     t2 = ours.loc["megascale_table2"]
     assert (t2.time_mean_abs_pct < 4).all() and (t2.time_max_abs_pct < 8).all()
     assert (ours.loc["megascale_fig9"].mfu_mean_abs_points < 5).all()
-    parts = predictions[["gemm_s", "attention_s", "memory_s", "bubble_s", "tp_exposed_s",
-                         "pp_exposed_s", "fsdp_exposed_s", "dp_exposed_s", "sync_s",
-                         "optimizer_s"]].sum(axis=1)
+    parts = predictions[list(BREAKDOWN)].sum(axis=1)
     pd.testing.assert_series_equal(parts, predictions.predicted_iteration_time_s,
                                    check_names=False)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from suite.scale.hardware import HARDWARE
@@ -124,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
 def _validate(args: argparse.Namespace) -> int:
     from suite.scale import peer
     from suite.scale.runs import read_runs
-    from suite.scale.validate import predict, summarize, user_system
+    from suite.scale.validate import predict, summarize, user_system, weak_calibration
 
     runs = read_runs(args.runs, args.system_like)
     ids = [i.strip() for i in args.calibrate.split(",") if i.strip()]
@@ -133,6 +134,7 @@ def _validate(args: argparse.Namespace) -> int:
                                              on=["dataset", "system", "label"])
     ours = summarize(table)
     theirs = summarize(table, "peer_fitted_time_s")
+    weak = weak_calibration(table)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         table.to_csv(args.out, index=False)
@@ -140,6 +142,7 @@ def _validate(args: argparse.Namespace) -> int:
         print(json.dumps({"system": args.runs.stem, "calibration": ids,
                           "gemm_efficiency": float(table.gemm_efficiency.iloc[0]),
                           "straggler": float(table.straggler.iloc[0]),
+                          "weak_calibration": weak,
                           "summary": json.loads(ours.to_json(orient="records")),
                           "peer": peer.PEER,
                           "peer_summary": json.loads(theirs.to_json(orient="records")),
@@ -147,6 +150,8 @@ def _validate(args: argparse.Namespace) -> int:
         return 0
     print(f"{args.runs.stem}: fitted on {ids}: gemm efficiency "
           f"{table.gemm_efficiency.iloc[0]:.3f}, straggler {table.straggler.iloc[0]:.4f}")
+    for line in weak:
+        print(f"warning: {line}", file=sys.stderr)
     cols = ["label", "paper_iteration_time_s", "predicted_iteration_time_s",
             "iteration_time_rel_error", "peer_fitted_time_s", "calibration"]
     print(table[cols].rename(columns={"paper_iteration_time_s": "measured_s",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from suite.commands.common import paper_argument, paper_tables
@@ -17,8 +18,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from suite.scale.datasets import validation_table
+    from suite.scale.validate import weak_calibration
 
     table = validation_table(paper_tables("llm_scale", args.paper))
+    for line in weak_calibration(table):
+        print(f"warning: {line}", file=sys.stderr)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(args.out, index=False)
     return 0

@@ -107,6 +107,10 @@ class Terms:
 ALL_TERMS = Terms()
 
 
+BREAKDOWN = ("gemm_s", "attention_s", "memory_s", "bubble_s", "tp_exposed_s", "pp_exposed_s",
+             "fsdp_exposed_s", "dp_exposed_s", "sync_s", "optimizer_s")  # Estimate.breakdown
+
+
 @dataclass(frozen=True)
 class Estimate:
     """One iteration, broken down; the *_s parts sum to ``iteration_time_s``."""

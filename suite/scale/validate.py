@@ -18,7 +18,7 @@ from scipy.stats import spearmanr
 from suite.scale.fit import fit_system
 from suite.scale.hardware import Hardware
 from suite.scale.runs import Run
-from suite.scale.step import ALL_TERMS, Terms, estimate
+from suite.scale.step import ALL_TERMS, BREAKDOWN, Terms, estimate
 
 Calibration = dict[str, tuple[tuple[str, str], ...]]  # system -> ((dataset, id), ...)
 
@@ -75,6 +75,29 @@ def predict(runs: list[Run], calibration: Calibration, terms: Terms = ALL_TERMS)
             "gemm_efficiency": hw.gemm_efficiency, "straggler": hw.straggler,
         })
     return pd.DataFrame(out)
+
+
+# Below this share of a calibration row's time in its GEMMs, the ceiling fitted on it mostly
+# absorbs the other terms' errors (bubble, communication, fixed costs): it is flagged.
+WEAK_CALIBRATION_SHARE = 0.5
+
+
+def weak_calibration(predictions: pd.DataFrame) -> list[str]:
+    """One line per calibration row whose GEMMs, the time the fitted ceiling scales, are under
+    ``WEAK_CALIBRATION_SHARE`` of its predicted time, naming the largest other part."""
+    lines = []
+    for r in predictions[predictions.calibration.astype(bool)].itertuples(index=False):
+        share = r.gemm_s / r.predicted_iteration_time_s
+        if share >= WEAK_CALIBRATION_SHARE:
+            continue
+        parts = {k: getattr(r, k) for k in BREAKDOWN if k != "gemm_s"}
+        top = max(parts, key=parts.get)
+        lines.append(f"{r.system}: calibration row {r.label!r} spends {100 * share:.0f}% of its "
+                     f"time in GEMMs ({top.removesuffix('_s')} "
+                     f"{100 * parts[top] / r.predicted_iteration_time_s:.0f}%), so the GEMM "
+                     "ceiling fitted on it mostly absorbs the other terms' errors; a row with "
+                     "more micro-batches per pipeline, or less communication, fits it better")
+    return lines
 
 
 def rank_metrics(rows: pd.DataFrame, predicted: str = "predicted_iteration_time_s"
