@@ -30,6 +30,7 @@ from suite.scale.model import Gemm, ModelConfig
 from suite.scale.runs import RunsError, read_runs, runs_from_frame
 from suite.scale.search import search
 from suite.scale.step import (
+    ALL_TERMS,
     BREAKDOWN,
     NCCL_BASE_LATENCY,
     Terms,
@@ -43,6 +44,7 @@ from suite.scale.step import (
     ring_latency,
     stage_params,
     stage_works,
+    tied_embedding_sync,
     tree_latency,
     uneven_bubble_slots,
 )
@@ -232,6 +234,31 @@ def test_sequence_parallel_shards_the_elementwise_traffic():
         replace(lay, tp=1, sequence_parallel=True)
 
 
+def test_the_tied_embedding_gradients_cross_the_pipeline_once_per_iteration():
+    # BLOOM-176B's layout: 250880 x 14336 / TP 4 fp32 gradients, 2 ranks (each sends them once)
+    # over Jean Zay's 6.25 GB/s per GPU
+    bloom = ModelConfig(layers=70, hidden=14336, heads=112, seq_len=2048, vocab=250880)
+    hw = replace(A100_80GB, network_bw=6.25e9)
+    lay = Layout(tp=4, pp=12, dp=8, micro_batch=2, global_batch=2048, grad_bytes=4)
+    assert tied_embedding_sync(bloom, lay, hw, latency=False) == pytest.approx(
+        250880 * 14336 / 4 * 4 / 6.25e9)  # 0.58 s
+    assert tied_embedding_sync(bloom, lay, hw) > tied_embedding_sync(bloom, lay, hw, False)
+    assert tied_embedding_sync(bloom, replace(lay, pp=1), hw) == 0.0  # one stage holds both
+    untied = replace(bloom, tied_embeddings=False)
+    assert tied_embedding_sync(untied, lay, hw) == 0.0
+    # a replica inside one node: NVLink
+    small = Layout(tp=2, pp=4, dp=1, micro_batch=1, global_batch=8)
+    assert tied_embedding_sync(bloom, small, hw, False) == pytest.approx(
+        250880 * 14336 / 2 * 4 / hw.nvlink_bw)
+    # it is in the iteration, counted with PP's communication
+    on, off = (estimate(bloom, replace(hw, gemm_efficiency=0.6), lay, replace(ALL_TERMS, **kw))
+               for kw in ({}, {"tied_embedding": False}))
+    assert on.iteration_time_s - off.iteration_time_s == pytest.approx(
+        tied_embedding_sync(bloom, lay, hw))
+    assert on.breakdown["pp_exposed_s"] - off.breakdown["pp_exposed_s"] == pytest.approx(
+        tied_embedding_sync(bloom, lay, hw))
+
+
 def test_fsdp_bytes_per_step():
     """ZeRO-3: per micro-batch the parameters are gathered for the forward and again for the
     backward (2 bytes) and the gradients reduce-scattered (grad_bytes), (d-1)/d of each."""
@@ -306,12 +333,14 @@ def test_estimate_by_hand_and_the_parts_sum_up():
     big = Layout(tp=8, pp=8, dp=48, micro_batch=1, global_batch=6144, virtual_stages=6)
     full = estimate(GPT175, hw, big)
     assert sum(full.breakdown.values()) == pytest.approx(full.iteration_time_s)
-    for term in ("latency", "straggler", "memory", "loss", "optimizer", "gemm_shape"):
+    for term in ("latency", "straggler", "memory", "loss", "optimizer", "gemm_shape",
+                 "tied_embedding"):
         off = estimate(GPT175, hw, big, replace(Terms(), **{term: False}))
         assert off.iteration_time_s < full.iteration_time_s, term
+    once = full.breakdown["dp_exposed_s"] + full.breakdown["optimizer_s"] + \
+        tied_embedding_sync(GPT175, big, hw)  # per iteration, not stretched by the straggler
     assert full.breakdown["sync_s"] == pytest.approx(
-        (full.iteration_time_s - full.breakdown["sync_s"] - full.breakdown["dp_exposed_s"]
-         - full.breakdown["optimizer_s"]) * 0.03 * log(384))
+        (full.iteration_time_s - full.breakdown["sync_s"] - once) * 0.03 * log(384))
 
 
 def test_the_dp_window_bounds_what_overlap_hides():

@@ -30,7 +30,10 @@ A stage's slot:
              2(t-1)/t each over NVLink, plus NCCL's latency; sequence parallelism moves the same
              bytes as reduce-scatter + all-gather (Korthikanti et al. 2022 Sec. 4.2.2).
   PP         the b*s*h/tp slice at each of the v*p - 1 chunk boundaries, forward and backward,
-             averaged over the stages, over the network.
+             averaged over the stages, over the network. Once per iteration, with tied
+             embeddings, the first and last stages (both hold the word embedding) all-reduce
+             its vocab*h/tp gradients (grad_bytes) after the last backward, unhidden
+             (``tied_embedding_sync``); in the breakdown's PP part.
   FSDP       (dp_mode fsdp) per micro-batch: the stage's parameters all-gathered for the
              forward and again for the backward (2 bytes, (d-1)/d of them), the gradients
              reduce-scattered (grad_bytes); with prefetch (dp_overlap) each layer's traffic hides
@@ -49,7 +52,7 @@ The iteration:
              the slots above.
   optimizer  Adam over the GPU's parameters (/ d when the optimizer state is sharded): 36 bytes
              of HBM traffic per parameter.
-  iteration = slots x slot + exposed DP + optimizer.
+  iteration = slots x slot + exposed DP + optimizer + tied-embedding all-reduce.
   MFU = tokens/s x model FLOPs per token / (GPUs x peak); HFU counts recompute.
 
 Each term can be switched off (``Terms``) to see what it adds. Fitted per system (``fit``): the
@@ -97,6 +100,7 @@ class Terms:
     memory: bool = True
     loss: bool = True
     optimizer: bool = True
+    tied_embedding: bool = True
 
     @classmethod
     def none(cls) -> "Terms":
@@ -194,6 +198,23 @@ def fsdp_bytes_per_microbatch(model: ModelConfig, layout: Layout, local_params: 
     backward, gradients reduce-scattered."""
     d = layout.dp
     return (d - 1) / d * local_params * (2 * model.activation_bytes + layout.grad_bytes)
+
+
+def tied_embedding_sync(model: ModelConfig, layout: Layout, hw: Hardware,
+                        latency: bool = True) -> float:
+    """Seconds of the word embedding's gradient all-reduce between the first and the last
+    pipeline stage when the output layer is tied to it (Megatron's finalize_model_grads,
+    ``_allreduce_word_embedding_grads``; DeepSpeed's pipeline engine, ``_exec_reduce_tied_grads``):
+    two ranks, so each sends its vocab x h / tp gradients once; over NVLink when a replica's
+    stages share a node, else the network."""
+    if layout.pp == 1 or not model.tied_embeddings:
+        return 0.0
+    in_node = layout.tp * layout.dp * layout.pp <= hw.gpus_per_node
+    grads = model.vocab * model.hidden / layout.tp * layout.grad_bytes
+    time = ring_factor(2) * grads / (hw.nvlink_bw if in_node else hw.network_bw)
+    if latency:
+        time += ring_latency(2, 1 if in_node else 2, hw)
+    return time
 
 
 def uneven_bubble_slots(pp: int, virtual_stages: int, micro_batches: int) -> float:
@@ -346,7 +367,9 @@ def estimate(model: ModelConfig, hw: Hardware, layout: Layout,
         dp_exposed += max(0.0, layout.dp_overlap * dp - window)
     shard = layout.dp if layout.shards_optimizer else 1
     optimizer = local / shard * ADAM_BYTES_PER_PARAM / hw.hbm_bw if terms.optimizer else 0.0
-    time = slots * work * stretch + dp_exposed + optimizer
+    embedding = tied_embedding_sync(model, layout, hw, terms.latency) \
+        if terms.tied_embedding else 0.0
+    time = slots * work * stretch + dp_exposed + optimizer + embedding
     tokens_per_s = layout.global_batch * model.seq_len / time
     mfu = tokens_per_s * model.flops_per_token / (layout.gpus * hw.peak_flops)
     hfu = (tokens_per_s * model.hardware_flops_per_token(layout.recompute)
@@ -354,7 +377,7 @@ def estimate(model: ModelConfig, hw: Hardware, layout: Layout,
     parts = {"gemm_s": m * slowest.gemm / hw.gemm_efficiency,
              "attention_s": m * slowest.attention, "memory_s": m * slowest.memory,
              "bubble_s": (slots - m) * work, "tp_exposed_s": m * slowest.tp,
-             "pp_exposed_s": m * slowest.pp, "fsdp_exposed_s": m * slowest.fsdp,
+             "pp_exposed_s": m * slowest.pp + embedding, "fsdp_exposed_s": m * slowest.fsdp,
              "dp_exposed_s": dp_exposed, "sync_s": slots * work * (stretch - 1),
              "optimizer_s": optimizer}
     return Estimate(time, tokens_per_s, mfu, hfu, parts)
