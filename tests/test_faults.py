@@ -546,8 +546,11 @@ def test_a_point_timed_beside_a_cpu_hog_is_marked_noisy_and_listed_for_a_rerun(
 
     timed = {**SECTION, "timing": {"warmup": 1, "min_repeats": 5, "min_time_s": 2.0}}
     quiet = tmp_path / "quiet" / "torch-eager" / "b2_l16.json"
-    wait_for_a_quiet_machine()
-    assert _run_point("torch-eager", quiet, plugin_path, timed).returncode == 0
+    for _ in range(3):  # another process waking during one try (seen once on a test run, a
+        wait_for_a_quiet_machine()  # python that had been idle) is what the detector is for
+        assert _run_point("torch-eager", quiet, plugin_path, timed).returncode == 0
+        if read_record(quiet).timing["load"]["other_cpus"] < 0.5:
+            break
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         busy = tmp_path / "busy" / "torch-eager" / "b2_l16.json"

@@ -21,6 +21,10 @@ def test_verdict_names_each_threshold_crossed():
     v = verdict(load, 0.01)
     assert v["noisy"] and v["reasons"] == [
         "other processes used 0.90 CPUs while timing: hog (pid 7) 0.90"]
+    # a command line, where the record has one, tells one python from another
+    load["busy_processes"][0]["cmd"] = "python -m pytest -n 2"
+    assert verdict(load, 0.01)["reasons"] == [
+        "other processes used 0.90 CPUs while timing: python -m pytest -n 2 (pid 7) 0.90"]
     assert not verdict({"other_cpus": 0.1, "busy_processes": []}, float("nan"))["noisy"]
     assert noise_columns({}) == {"noisy": None, "noise_reason": None}  # older records
     assert noise_columns({"noise": v}) == {"noisy": True, "noise_reason": v["reasons"][0]}
@@ -49,6 +53,7 @@ def test_work_of_the_timed_session_is_not_counted_but_another_session_is():
     assert own["other_cpus"] < 0.5, own
     assert other["other_cpus"] > 0.5, other
     assert other["busy_processes"][0]["pid"] == hog.pid
+    assert other["busy_processes"][0]["cmd"] == " ".join(BUSY)[:100]
     assert set(own["before"]) == {"loadavg", "cpu_mhz", "governor"}
 
 

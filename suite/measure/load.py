@@ -72,6 +72,17 @@ def _process_cpu() -> dict[tuple[int, int], tuple[str, int, int, float]]:
     return out
 
 
+def _command(pid: int, limit: int = 100) -> str | None:
+    """A process's command line, cut at ``limit`` characters: its name alone ("python") does
+    not tell a test worker from a warm server or another run; None once it has ended."""
+    try:
+        argv = (PROC / str(pid) / "cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    line = " ".join(a.decode(errors="replace") for a in argv if a)
+    return line[:limit] or None
+
+
 def _descendants(root: int, processes: dict[tuple[int, int], tuple[str, int, int, float]]
                  ) -> set[int]:
     """``root`` and every process below it."""
@@ -165,7 +176,7 @@ def watched(family_of: int | None = None) -> Iterator[dict[str, Any]]:
     # everything the CPUs did but this run's own work: processes that came and went during
     # the block, the kernel and a hypervisor's steal included
     load["other_cpus"] = round(max(0.0, busy1 - busy0 - own) / elapsed, 3)
-    load["busy_processes"] = [{"pid": pid, "name": name, "cpus": round(u, 3)}
+    load["busy_processes"] = [{"pid": pid, "name": name, "cmd": _command(pid), "cpus": round(u, 3)}
                               for u, pid, name in used[:TOP_PROCESSES] if u >= NAMED_CPUS]
 
 
@@ -176,7 +187,7 @@ def verdict(load: dict[str, Any] | None, cv: float | None) -> dict[str, Any]:
         reasons.append(f"CV {cv:.2f} > {NOISY_CV}")
     other = (load or {}).get("other_cpus")
     if other is not None and other > NOISY_OTHER_CPUS:
-        named = ", ".join(f"{p['name']} (pid {p['pid']}) {p['cpus']:.2f}"
+        named = ", ".join(f"{p.get('cmd') or p['name']} (pid {p['pid']}) {p['cpus']:.2f}"
                           for p in load.get("busy_processes", []))
         reasons.append(f"other processes used {other:.2f} CPUs while timing"
                        + (f": {named}" if named else ""))
