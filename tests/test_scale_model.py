@@ -733,3 +733,14 @@ def test_the_attention_probe_counts_flops_as_flashattention_does_and_compares():
     assert summary["flash"] == {"forward": 0.4, "backward": 0.2}  # medians
     assert "cudnn" not in summary  # nothing correct was timed
     assert summary["assumed"]["flash2"] == {"forward": 0.35, "backward": 0.3}
+
+
+def test_the_report_marks_a_weak_calibration_row(predictions):
+    from suite.report.columns import SCALE_COLUMNS
+
+    (cell,) = [f for header, f in SCALE_COLUMNS if header == "fitted run"]
+    fitted = predictions[predictions.calibration]
+    cells = {r["label"]: cell(r) for r in fitted.to_dict("records")}
+    assert cells["176B b16 iteration 3707"] == "yes, weak: 7% GEMMs"  # BLOOM's: mostly bubble
+    assert sum(c == "yes" for c in cells.values()) == len(cells) - 1
+    assert cell({**fitted.iloc[0].to_dict(), "calibration": "False"}) == ""  # as a CSV reads it
