@@ -3,6 +3,7 @@ fit (declared rows only), the runs CSV and its errors, the search, the peer, and
 against published runs."""
 
 import json
+import re
 from dataclasses import replace
 from math import log
 
@@ -285,6 +286,10 @@ def test_fsdp_bytes_per_step():
     assert dp_bytes_per_iteration(SMALL, z1, local) == pytest.approx(7 / 8 * local * 6)
     assert dp_bytes_per_iteration(SMALL, replace(z1, dp_mode="allreduce"), local) == \
         pytest.approx(ring_factor(8) * local * 4)
+    # DeepSpeed's BF16 optimizer under PP: the fp32 gradients all-reduced (2 x 7/8 x 4), then
+    # the 2-byte parameters all-gathered (7/8 x 2): 8.75 bytes a parameter against zero1's 5.25
+    assert dp_bytes_per_iteration(SMALL, replace(z1, dp_mode="zero1_allreduce"), local) == \
+        pytest.approx(8.75 * local)
     assert dp_bytes_per_iteration(SMALL, lay, local) == 0
 
 
@@ -389,6 +394,8 @@ def test_memory_by_hand():
     # moments (16 bytes / d) plus two gathered layers (weights and gradients, 2 bytes)
     z1 = memory(model, replace(lay, dp=4, global_batch=8, dp_mode="zero1"), A100_80GB)
     assert z1.optimizer == 12 * n / 4 and z1.gradients == 4 * n
+    assert memory(model, replace(lay, dp=4, global_batch=8, dp_mode="zero1_allreduce"),
+                  A100_80GB) == z1  # the same state, only the gradients' collective differs
     fsdp = memory(model, replace(lay, dp=4, global_batch=8, dp_mode="fsdp"), A100_80GB)
     unit = 2 * model.layer_params
     assert fsdp.weights + fsdp.gradients + fsdp.optimizer == pytest.approx(
@@ -648,6 +655,7 @@ def test_published_runs_as_model_inputs(runs, paper):
     assert (bloom.layout.tp, bloom.layout.pp, bloom.layout.dp, bloom.layout.micro_batches) == \
         (4, 12, 8, 128)
     assert bloom.hardware.network_bw == pytest.approx(6.25e9)
+    assert (bloom.layout.dp_mode, bloom.layout.grad_bytes) == ("zero1_allreduce", 4)
     table = paper["korthikanti"].copy()
     table.loc[0, "method"] = "partial"
     with pytest.raises(ValueError, match="method 'partial' is not one of"):
@@ -741,6 +749,7 @@ def test_the_report_marks_a_weak_calibration_row(predictions):
     (cell,) = [f for header, f in SCALE_COLUMNS if header == "fitted run"]
     fitted = predictions[predictions.calibration]
     cells = {r["label"]: cell(r) for r in fitted.to_dict("records")}
-    assert cells["176B b16 iteration 3707"] == "yes, weak: 7% GEMMs"  # BLOOM's: mostly bubble
+    weak = re.fullmatch(r"yes, weak: (\d+)% GEMMs", cells["176B b16 iteration 3707"])
+    assert weak and int(weak[1]) < 50  # BLOOM's: one micro-batch, mostly bubble
     assert sum(c == "yes" for c in cells.values()) == len(cells) - 1
     assert cell({**fitted.iloc[0].to_dict(), "calibration": "False"}) == ""  # as a CSV reads it

@@ -87,7 +87,7 @@ def _model(args: argparse.Namespace) -> ModelConfig:
 def run(args: argparse.Namespace) -> int:
     if args.action == "validate":
         return _validate(args)
-    from suite.scale.search import search
+    from suite.scale.search import SEARCHED_DP_MODES, search
     from suite.scale.whatif import (
         as_text,
         fitted_hardware,
@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
                                     args.straggler, args.paper_dir)
     if args.search:
         chosen = {"attention": (args.attention,) if args.attention else ATTENTION,
-                  "dp_modes": (args.dp_mode,) if args.dp_mode else DP_MODES}
+                  "dp_modes": (args.dp_mode,) if args.dp_mode else SEARCHED_DP_MODES}
         report = search_report(model, hw, search(model, args.gpus, args.global_batch, hw, spec,
                                                  **chosen), args.system, fitted_on, args.top)
         print(json.dumps(report, indent=1) if args.json else search_as_text(report))

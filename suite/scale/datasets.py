@@ -99,7 +99,9 @@ What a paper leaves unsaid is an assumption, declared here:
   tied, ALiBi (no position table), no dropout, TP 4, PP 12, DP 8, micro-batch 2, full
   recompute, Megatron's fused softmax, DeepSpeed's BF16 optimizer (ZeRO-1 sharded state, fp32
   gradients), nothing overlapped; Jean Zay's 4 x 100 Gb/s Omni-Path per node (6.25 GB/s per
-  GPU). The run logged during a documented slow node is left out.
+  GPU). The run logged during a documented slow node is left out. (Third round, after seeing
+  the errors: the fp32 gradients are all-reduced in full, ``zero1_allreduce``, as DeepSpeed's
+  pipeline engine does with its BF16 optimizer; the first round took zero1's reduce-scatter.)
 
 Calibration (``CALIBRATION``): per system, the two runs with the fewest GPUs of its first
 dataset (for the MegaScale systems: the smallest GPU count of each Table 2 batch size), declared

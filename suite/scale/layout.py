@@ -15,7 +15,10 @@ Vocabularies (one place):
   Triton kernel of its time).
 - ``DP_MODES``: allreduce (DDP's gradient all-reduce); zero1, zero2 (the distributed optimizer:
   gradient reduce-scatter and parameter all-gather, optimizer state, and for zero2 the
-  gradients, sharded); fsdp (ZeRO-3: parameters sharded too, all-gathered per micro-batch).
+  gradients, sharded); zero1_allreduce (the optimizer state sharded as zero1, but the fp32
+  gradients all-reduced in full: DeepSpeed's BF16 optimizer under its pipeline engine,
+  ``PipelineEngine._bf16_reduce_grads``); fsdp (ZeRO-3: parameters sharded too, all-gathered
+  per micro-batch).
 - ``LOSS_KINDS``: the cross entropy's kernels (below).
 
 Uneven stage splits: Megatron-Core's ``--decoder-first-pipeline-num-layers`` /
@@ -39,7 +42,7 @@ from suite.scale.checks import (
 
 RECOMPUTE = CHECKPOINTING  # the GPT's checkpointing modes; suite.mfu counts their FLOPs
 ATTENTION = ("unfused", "fused_softmax", "flash1", "flash2", "flash")
-DP_MODES = ("allreduce", "zero1", "zero2", "fsdp")
+DP_MODES = ("allreduce", "zero1", "zero1_allreduce", "zero2", "fsdp")
 # The cross entropy over the logits: (HBM bytes per logit forward + backward, bytes per logit
 # held at the backward's start). megatron: the vocab-parallel fp32 loss, unfused but in place
 # (cast 2+4, max 4, subtract 8, exp 8, sum 4, divide 8; backward scale 8, cast back 6: 52; it

@@ -99,7 +99,7 @@ def memory(model: ModelConfig, layout: Layout, hw: Hardware) -> Memory:
     for i, layers in enumerate(split):
         params = stage_params(model, layout, layers)
         weights, grads, optim = 2 * params, layout.grad_bytes * params, OPTIMIZER_BYTES * params
-        if layout.dp_mode in ("zero1", "zero2", "fsdp"):
+        if layout.shards_optimizer:
             optim /= d
         if layout.dp_mode in ("zero2", "fsdp"):
             grads /= d

@@ -67,7 +67,8 @@ def step_time(run: Run, flops_efficiency: float = 1.0) -> float:
     parallel = config.ParallelismConfig(tp_size=lay.tp, pp_size=lay.pp, dp_size=lay.dp,
                                         sp_size=lay.tp if lay.sequence_parallel else 1)
     recompute = analysis.ActivationRecomputation[lay.recompute.upper()]
-    zero = {"allreduce": "NONE", "zero1": "STAGE_1", "zero2": "STAGE_2", "fsdp": "STAGE_3"}
+    zero = {"allreduce": "NONE", "zero1": "STAGE_1", "zero1_allreduce": "STAGE_1",
+            "zero2": "STAGE_2", "fsdp": "STAGE_3"}
     model_analysis = analysis.LLMAnalysis(model, gpu, config.DtypeConfig(), parallel,
                                           flops_efficiency=flops_efficiency)
     summary = model_analysis.training(

@@ -21,10 +21,10 @@ Columns (empty = not given; names are exact, an unknown column is an error):
                 first_stage_layers, last_stage_layers, recompute (none | selective | full),
                 recompute_fraction (the share of layers full recompute covers, 1),
                 sequence_parallel (false), attention (unfused | fused_softmax | flash1 |
-                flash2 | flash), dp_mode (allreduce | zero1 | zero2 | fsdp), tp_overlap,
-                pp_overlap, dp_overlap
-                (fractions hidden), grad_bytes (4), loss (megatron | eager | fused: the cross
-                entropy's kernels, ``suite.scale.layout.LOSS_KINDS``)
+                flash2 | flash), dp_mode (allreduce | zero1 | zero1_allreduce | zero2 | fsdp),
+                tp_overlap, pp_overlap, dp_overlap (fractions hidden), grad_bytes (4), loss
+                (megatron | eager | fused: the cross entropy's kernels,
+                ``suite.scale.layout.LOSS_KINDS``)
   measured      iteration_time_s, or tokens_per_s (the whole job's), or only mfu_percent (then
                 MFU is what is compared); at least one
 Booleans read true/false/1/0/yes/no. Each bad row is one error line naming the file, the row (1

@@ -5,8 +5,9 @@ Enumerated: TP over the divisors of the node's GPUs the model's heads split over
 divisors of the rest, up to the layers (uneven splits by DeepSpeed's uniform rule,
 ``suite.scale.layout``); DP the rest, dividing the global batch; micro-batches of 1, 2, 4, ... 16
 dividing the replica's batch; virtual stages dividing every stage's layers (up to 8); recompute;
-sequence parallelism where TP > 1; the attention kernels and DP modes asked for. Layouts that do
-not fit (``suite.scale.memory``) are counted and dropped.
+sequence parallelism where TP > 1; the attention kernels and DP modes asked for (by default every
+DP mode but zero1_allreduce, which holds what zero1 holds and moves more bytes: never faster).
+Layouts that do not fit (``suite.scale.memory``) are counted and dropped.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from suite.scale.memory import Memory, memory
 from suite.scale.model import ModelConfig
 from suite.scale.step import Estimate, estimate
 from suite.scale.systems import System
+
+SEARCHED_DP_MODES = tuple(m for m in DP_MODES if m != "zero1_allreduce")
 
 MICRO_BATCHES = (1, 2, 4, 8, 16)
 MAX_VIRTUAL_STAGES = 8
@@ -44,7 +47,8 @@ def _divisors(n: int) -> list[int]:
 
 
 def layouts(model: ModelConfig, gpus: int, global_batch: int, hw: Hardware, system: System,
-            attention: tuple[str, ...] = ATTENTION, dp_modes: tuple[str, ...] = DP_MODES):
+            attention: tuple[str, ...] = ATTENTION,
+            dp_modes: tuple[str, ...] = SEARCHED_DP_MODES):
     """Every layout that can exist (not yet checked against memory)."""
     for tp in _divisors(hw.gpus_per_node):
         if gpus % tp:
@@ -76,7 +80,7 @@ def layouts(model: ModelConfig, gpus: int, global_batch: int, hw: Hardware, syst
 
 def search(model: ModelConfig, gpus: int, global_batch: int, hw: Hardware, system: System,
            attention: tuple[str, ...] = ATTENTION,
-           dp_modes: tuple[str, ...] = DP_MODES) -> SearchResult:
+           dp_modes: tuple[str, ...] = SEARCHED_DP_MODES) -> SearchResult:
     """Every fitting layout, fastest first."""
     ranked, considered, too_big = [], 0, 0
     for layout in layouts(model, gpus, global_batch, hw, system, attention, dp_modes):

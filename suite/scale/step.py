@@ -45,7 +45,8 @@ The iteration:
   slots      m + (p-1)/v (interleaved 1F1B bubble) + (v-1)(p-r)/v when r = m mod p > 0.
   DP         allreduce: ring all-reduce of the replica's gradients (grad_bytes) in buckets of
              40M parameters; zero1/zero2: reduce-scatter of the gradients + all-gather of the
-             parameters (2 bytes), (d-1)/d each; over NVLink inside a node, else the NICs the
+             parameters (2 bytes), (d-1)/d each; zero1_allreduce: the all-reduce + the
+             all-gather; over NVLink inside a node, else the NICs the
              group's ranks of a node share (min(r x NIC, NVLink)); exposed = (1 - dp_overlap) of
              it plus what of the overlapped part does not fit the window the schedule leaves (one
              slot, plus the other v - 1 chunks of a group of min(m, p) micro-batches). fsdp: in
@@ -190,6 +191,9 @@ def dp_bytes_per_iteration(model: ModelConfig, layout: Layout, local_params: flo
         return ring_factor(d) * local_params * layout.grad_bytes
     if layout.dp_mode in ("zero1", "zero2"):
         return (d - 1) / d * local_params * (layout.grad_bytes + model.activation_bytes)
+    if layout.dp_mode == "zero1_allreduce":
+        return (ring_factor(d) * layout.grad_bytes + (d - 1) / d * model.activation_bytes) \
+            * local_params
     return 0.0
 
 

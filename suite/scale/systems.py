@@ -66,8 +66,10 @@ SYSTEMS: dict[str, System] = {
     "torchtitan (A100)": System("A100-80GB", dp_overlap=1.0, attention="flash", dp_mode="fsdp",
                                 loss="eager"),
     # BLOOM-176B (bigscience tr11): Megatron-DeepSpeed, DeepSpeed's BF16 optimizer sharding the
-    # optimizer state (ZeRO-1) with fp32 gradients, Megatron's fused softmax, nothing overlapped
-    "Megatron-DeepSpeed (BLOOM, Jean Zay)": System("A100-80GB", dp_mode="zero1"),
+    # optimizer state (ZeRO-1) with fp32 gradients, which its pipeline engine all-reduces in
+    # full (PipelineEngine._bf16_reduce_grads: buffered_allreduce_fallback over the optimizer's
+    # fp32 gradients), Megatron's fused softmax, nothing overlapped
+    "Megatron-DeepSpeed (BLOOM, Jean Zay)": System("A100-80GB", dp_mode="zero1_allreduce"),
 }
 
 
