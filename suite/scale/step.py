@@ -46,11 +46,11 @@ The iteration:
   DP         allreduce: ring all-reduce of the replica's gradients (grad_bytes) in buckets of
              40M parameters; zero1/zero2: reduce-scatter of the gradients + all-gather of the
              parameters (2 bytes), (d-1)/d each; zero1_allreduce: the all-reduce + the
-             all-gather; over NVLink inside a node, else the NICs the
-             group's ranks of a node share (min(r x NIC, NVLink)); exposed = (1 - dp_overlap) of
-             it plus what of the overlapped part does not fit the window the schedule leaves (one
-             slot, plus the other v - 1 chunks of a group of min(m, p) micro-batches). fsdp: in
-             the slots above.
+             all-gather; over NVLink inside a node, else the NICs the group's ranks of a node
+             share (min(r x NIC, NVLink)); exposed = (1 - dp_overlap) of it plus what of the
+             overlapped part does not fit the window the schedule leaves (one slot, plus the
+             other v - 1 chunks of a group of min(m, p) micro-batches). fsdp: in the slots
+             above.
   optimizer  Adam over the GPU's parameters (/ d when the optimizer state is sharded): 36 bytes
              of HBM traffic per parameter.
   iteration = slots x slot + exposed DP + optimizer + tied-embedding all-reduce.
