@@ -52,14 +52,16 @@ BERT_COLUMNS: list[Column] = [
     ("GEMMs ran on", lambda r: str(r.get("gemm_library") or "–")),
     ("GB/s", _num("min_gbytes_per_s", ".1f")), ("max abs err", _num("max_abs_err", ".1e")),
 ]
+
+
 def _fitted(row: dict[str, Any]) -> str:
     """Whether the scale model was fitted on the run, and if so whether the run hardly fixes the
     GEMM ceiling (``suite.scale.validate.weak_calibration``)."""
-    from suite.scale.validate import WEAK_CALIBRATION_SHARE
+    from suite.scale.validate import WEAK_CALIBRATION_SHARE, gemm_share
 
     if row.get("calibration") not in (True, "True", "true"):
         return ""
-    share = (row.get("gemm_s") or 0.0) / (row.get("predicted_iteration_time_s") or math.inf)
+    share = gemm_share(row)
     return f"yes, weak: {share:.0%} GEMMs" if share < WEAK_CALIBRATION_SHARE else "yes"
 
 
@@ -81,7 +83,7 @@ SCALE_COLUMNS: list[Column] = [
     ("exposed TP/PP/DP s", lambda r: "/".join(fmt(r.get(k), ".2f") for k in
                                               ("tp_exposed_s", "pp_exposed_s", "dp_exposed_s"))),
     ("sync s", _num("sync_s", ".2f")),
-    ("fitted run", lambda r: _fitted(r)),
+    ("fitted run", _fitted),
 ]
 TRAIN_COLUMNS: list[Column] = [
     ("engine", lambda r: f"{r['system']} x{r['world_size']}"),

@@ -9,8 +9,10 @@ ranks first over the measured best).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from math import nan
+from typing import Any
 
 import pandas as pd
 from scipy.stats import spearmanr
@@ -82,19 +84,23 @@ def predict(runs: list[Run], calibration: Calibration, terms: Terms = ALL_TERMS)
 WEAK_CALIBRATION_SHARE = 0.5
 
 
+def gemm_share(row: Mapping[str, Any]) -> float:
+    """The share of a predicted row's time in its GEMMs: the time the fitted ceiling scales."""
+    return row["gemm_s"] / row["predicted_iteration_time_s"]
+
+
 def weak_calibration(predictions: pd.DataFrame) -> list[str]:
-    """One line per calibration row whose GEMMs, the time the fitted ceiling scales, are under
-    ``WEAK_CALIBRATION_SHARE`` of its predicted time, naming the largest other part."""
+    """One line per calibration row whose GEMMs are under ``WEAK_CALIBRATION_SHARE`` of its
+    predicted time, naming the largest other part."""
     lines = []
-    for r in predictions[predictions.calibration.astype(bool)].itertuples(index=False):
-        share = r.gemm_s / r.predicted_iteration_time_s
+    for r in predictions[predictions.calibration.astype(bool)].to_dict("records"):
+        share = gemm_share(r)
         if share >= WEAK_CALIBRATION_SHARE:
             continue
-        parts = {k: getattr(r, k) for k in BREAKDOWN if k != "gemm_s"}
-        top = max(parts, key=parts.get)
-        lines.append(f"{r.system}: calibration row {r.label!r} spends {100 * share:.0f}% of its "
-                     f"time in GEMMs ({top.removesuffix('_s')} "
-                     f"{100 * parts[top] / r.predicted_iteration_time_s:.0f}%), so the GEMM "
+        top = max((k for k in BREAKDOWN if k != "gemm_s"), key=r.get)
+        lines.append(f"{r['system']}: calibration row {r['label']!r} spends {100 * share:.0f}% "
+                     f"of its time in GEMMs ({top.removesuffix('_s')} "
+                     f"{100 * r[top] / r['predicted_iteration_time_s']:.0f}%), so the GEMM "
                      "ceiling fitted on it mostly absorbs the other terms' errors; a row with "
                      "more micro-batches per pipeline, or less communication, fits it better")
     return lines
