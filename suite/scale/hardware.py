@@ -37,7 +37,7 @@ long sequences of training), per kernel kind (``suite.scale.layout.ATTENTION``):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from numbers import Integral, Real
 
 from suite.scale.checks import check_positive, check_positive_int
@@ -109,10 +109,7 @@ H100_SXM = Hardware("H100", peak_flops=989e12, nvlink_bw=450e9, network_bw=50e9,
                     hbm_bw=3.35e12, hbm_bytes=80 * GiB, sms=132, pipeline_stages=4,
                     flash_fwd=0.75, flash_bwd=0.5, flash2_fwd=0.35, flash2_bwd=0.3,
                     flash1_fwd=0.175, flash1_bwd=0.15)
-H200_SXM = Hardware("H200", peak_flops=989e12, nvlink_bw=450e9, network_bw=50e9,
-                    hbm_bw=4.8e12, hbm_bytes=141e9, sms=132, pipeline_stages=4,
-                    flash_fwd=0.75, flash_bwd=0.5, flash2_fwd=0.35, flash2_bwd=0.3,
-                    flash1_fwd=0.175, flash1_bwd=0.15)
+H200_SXM = replace(H100_SXM, name="H200", hbm_bw=4.8e12, hbm_bytes=141e9)  # H100's compute
 # "A100" is the 80 GB part: the published A100 runs (Selene, MegaScale) used it.
 HARDWARE: dict[str, Hardware] = {"A100": A100_80GB, "A100-80GB": A100_80GB,
                                  "A100-40GB": A100_40GB, "H100": H100_SXM, "H200": H200_SXM}
