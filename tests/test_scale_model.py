@@ -753,3 +753,6 @@ def test_the_report_marks_a_weak_calibration_row(predictions):
     assert weak and int(weak[1]) < 50  # BLOOM's: one micro-batch, mostly bubble
     assert sum(c == "yes" for c in cells.values()) == len(cells) - 1
     assert cell({**fitted.iloc[0].to_dict(), "calibration": "False"}) == ""  # as a CSV reads it
+    (layout,) = [f for header, f in SCALE_COLUMNS if header == "layout"]
+    bloom = predictions[predictions.dataset == "bloom176b"].iloc[0].to_dict()
+    assert layout(bloom).endswith(", fused_softmax, zero1_allreduce")  # the kernel and DP mode

@@ -70,7 +70,8 @@ SCALE_COLUMNS: list[Column] = [
     ("run", lambda r: r["label"]),
     ("layout", lambda r: f"TP {r['tp']} PP {r['pp']} v {r['virtual_stages']} DP {r['dp']}, "
                          f"mb {r['micro_batch']}, recompute {r['recompute']}"
-                         + (", SP" if r.get("sequence_parallel") else "")),
+                         + (", SP" if r.get("sequence_parallel") else "")
+                         + f", {r['attention']}, {r['dp_mode']}"),
     ("paper s/iter", _num("paper_iteration_time_s", ".2f")),
     ("model s/iter", _num("predicted_iteration_time_s", ".2f")),
     ("time error", lambda r: fmt(100 * r["iteration_time_rel_error"]
