@@ -535,6 +535,43 @@ def test_validate_cli(capsys, tmp_path):
     assert f"{bad}: row 2 (id b): column gpu: 'B200' is not one of" in capsys.readouterr().err
 
 
+def test_validate_splits_the_errors_by_layout_columns(capsys, predictions):
+    """``by`` splits each dataset's held-out rows by a layout column; the slices partition the
+    rows and each slice's errors are those of its rows alone."""
+    table = predictions.query("dataset == 'llmfoundry_mpt'")
+    whole = summarize(table).set_index("system")
+    split = summarize(table, by=["recompute"])
+    assert set(split.recompute) == {"none", "full"}
+    for system, g in split.groupby("system"):
+        assert g.runs.sum() == whole.loc[system, "runs"]
+    held = table[~table.calibration]
+    for r in split.itertuples():
+        rows = held[(held.system == r.system) & (held.recompute == r.recompute)]
+        err = rows.predicted_iteration_time_s / rows.paper_iteration_time_s - 1
+        assert r.runs == len(rows) and r.time_mean_signed_pct == pytest.approx(100 * err.mean())
+    with pytest.raises(ValueError, match=r"by=\['colour'\]: not a column to split by; valid: "):
+        summarize(table, by=["colour"])
+    # the report's sentence gives the split where a dataset has both kinds, and only there
+    from suite.analysis.analyze import AnalysisInputs
+    from suite.analysis.summaries import llm_scale
+    sentence = llm_scale(AnalysisInputs(predictions))
+    h100 = split[split.system == "llm-foundry (H100)"].set_index("recompute")
+    assert ("llm-foundry (H100) (68 runs): iteration time off by" in sentence
+            and f"(signed by recompute: full {h100.loc['full', 'time_mean_signed_pct']:+.1f}% of "
+                f"{h100.loc['full', 'runs']}, none {h100.loc['none', 'time_mean_signed_pct']:+.1f}%"
+                f" of {h100.loc['none', 'runs']})" in sentence)
+    assert sentence.count("signed by recompute") == 5  # Korthikanti, llm-foundry x3, torchtitan
+    example = str(REPO_ROOT / "examples/scale/torchtitan_a100_runs.csv")
+    cal = "Llama-3-8B selective layer mb1,Llama-3-8B selective op mb1"
+    assert main(["scale-model", "validate", example, "--calibrate", cal, "--by",
+                 "recompute"]) == 0
+    text = capsys.readouterr().out
+    assert "scale model on torchtitan_a100_runs, recompute=none (1 rows not fitted)" in text
+    assert "scale model on torchtitan_a100_runs, recompute=full (5 rows not fitted)" in text
+    assert main(["scale-model", "validate", example, "--calibrate", cal, "--by", "tp,colour"]) == 2
+    assert "not a column to split by" in capsys.readouterr().err
+
+
 def test_a_calibration_row_mostly_bubble_is_flagged(capsys, tmp_path):
     """One micro-batch through 8 stages is 1/8 work and 7/8 bubble: the ceiling fitted on it
     would absorb the bubble's errors, so validate warns; 64 micro-batches do not."""

@@ -10,18 +10,26 @@ from suite.analysis.analyze import AnalysisInputs
 
 def llm_scale(inputs: AnalysisInputs) -> str:
     """The model's error on the runs it was not fitted to, per dataset and system, with
-    llm-analysis's (fitted on the same rows) beside it."""
+    llm-analysis's (fitted on the same rows) beside it; where a dataset holds runs with and
+    without recompute, the signed error of each (a bias between them misranks layouts)."""
     from suite.scale.validate import summarize
 
     table = inputs.table
     peer = summarize(table, "peer_fitted_time_s").set_index(["dataset", "system"]) \
         if "peer_fitted_time_s" in table and table.peer_fitted_time_s.notna().any() else None
+    by_recompute = summarize(table, by=["recompute"]).dropna(subset=["time_mean_signed_pct"])
     parts = []
     for r in summarize(table).itertuples():
         part = f"{r.dataset} / {r.system} ({r.runs} runs): "
         if pd.notna(r.time_mean_abs_pct):
             part += (f"iteration time off by {r.time_mean_abs_pct:.1f}% on average "
                      f"(max {r.time_max_abs_pct:.1f}%, signed mean {r.time_mean_signed_pct:+.1f}%)")
+            kinds = by_recompute[(by_recompute.dataset == r.dataset)
+                                 & (by_recompute.system == r.system)]
+            if len(kinds) > 1:
+                part += " (signed by recompute: " + ", ".join(
+                    f"{k.recompute} {k.time_mean_signed_pct:+.1f}% of {k.runs}"
+                    for k in kinds.itertuples()) + ")"
             if r.sweeps:
                 part += (f", {r.sweeps} layout sweep(s): top-1 regret {r.top1_regret_pct:.1f}%"
                          + (f", Spearman {r.spearman:.2f}" if pd.notna(r.spearman) else ""))

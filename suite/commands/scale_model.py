@@ -74,6 +74,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                           "leave empty (default: nothing overlapped, flash, allreduce)")
     val.add_argument("--json", action="store_true", dest="validate_json")
     val.add_argument("--out", type=Path, help="also write every row's prediction here (CSV)")
+    val.add_argument("--by", default="", metavar="COLUMNS",
+                     help="also split the errors by these layout columns, comma-separated "
+                          "(e.g. recompute,tp), to see where the model is biased; columns: "
+                          "suite.scale.validate.SLICES")
 
 
 def _model(args: argparse.Namespace) -> ModelConfig:
@@ -129,11 +133,12 @@ def _validate(args: argparse.Namespace) -> int:
 
     runs = read_runs(args.runs, args.system_like)
     ids = [i.strip() for i in args.calibrate.split(",") if i.strip()]
+    by = [c.strip() for c in args.by.split(",") if c.strip()]
     runs, calibration = user_system(runs, args.runs.stem, ids)
     table = predict(runs, calibration).merge(peer.predict(runs, calibration),
                                              on=["dataset", "system", "label"])
-    ours = summarize(table)
-    theirs = summarize(table, "peer_fitted_time_s")
+    ours = summarize(table, by=by)
+    theirs = summarize(table, "peer_fitted_time_s", by=by)
     weak = weak_calibration(table)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -161,9 +166,11 @@ def _validate(args: argparse.Namespace) -> int:
           .to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     for name, summary in (("scale model", ours), (peer.PEER, theirs)):
         for r in summary.itertuples():
-            print(f"{name} on {r.dataset} ({r.runs} rows not fitted): mean |error| "
+            where = "".join(f", {c}={getattr(r, c)}" for c in by)
+            print(f"{name} on {r.dataset}{where} ({r.runs} rows not fitted): mean |error| "
                   f"{r.time_mean_abs_pct:.1f}%, signed {r.time_mean_signed_pct:+.1f}%, max "
                   f"{r.time_max_abs_pct:.1f}%, within 10%: {100 * r.within_10pct:.0f}%"
-                  + (f"; {r.sweeps} sweeps: Spearman {r.spearman:.2f}, top-1 regret "
-                     f"{r.top1_regret_pct:.1f}%" if r.sweeps else ""))
+                  + (f"; {r.sweeps} sweeps: top-1 regret {r.top1_regret_pct:.1f}%"
+                     + (f", Spearman {r.spearman:.2f}" if r.spearman == r.spearman else "")
+                     if r.sweeps else ""))
     return 0

@@ -4,12 +4,14 @@ iteration-time error, the share within 10%, MFU errors in points, and within lay
 (groups of one model, sequence length and GPU count with 2+ measured layouts, compared on time
 per sequence, as their batches may differ) the Spearman rank correlation of predicted and
 measured time (groups of 3+) and the top-1 regret (the measured time of the layout the model
-ranks first over the measured best).
+ranks first over the measured best). ``summarize(..., by=...)`` splits each dataset further by
+layout columns (``SLICES``), to show where the model is biased: a term that is off for one kind
+of layout (no recompute, high TP, short micro-batches) moves the ranking, not just the rows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from math import nan
 from typing import Any
@@ -23,6 +25,9 @@ from suite.scale.runs import Run
 from suite.scale.step import ALL_TERMS, BREAKDOWN, Terms, estimate
 
 Calibration = dict[str, tuple[tuple[str, str], ...]]  # system -> ((dataset, id), ...)
+# Columns of ``predict``'s table that ``summarize`` can split the held-out rows by.
+SLICES = ("gpu", "gpus", "tp", "pp", "dp", "virtual_stages", "micro_batch", "seq_len",
+          "tokens_per_micro_batch", "recompute", "sequence_parallel", "attention", "dp_mode")
 
 
 def fit(runs: list[Run], calibration: Calibration, terms: Terms = ALL_TERMS
@@ -65,7 +70,9 @@ def predict(runs: list[Run], calibration: Calibration, terms: Terms = ALL_TERMS)
             "dataset": run.dataset, "system": run.system, "label": run.id, "group": run.group,
             "gpu": run.hardware.name, "gpus": run.gpus, "batch_size": lay.global_batch,
             "tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "virtual_stages": lay.virtual_stages,
-            "micro_batch": lay.micro_batch, "recompute": lay.recompute,
+            "micro_batch": lay.micro_batch, "seq_len": run.model.seq_len,
+            "tokens_per_micro_batch": lay.micro_batch * run.model.seq_len,
+            "recompute": lay.recompute,
             "sequence_parallel": lay.sequence_parallel, "attention": lay.attention,
             "dp_mode": lay.dp_mode,
             "paper_iteration_time_s": time, "predicted_iteration_time_s": est.iteration_time_s,
@@ -127,20 +134,25 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else nan
 
 
-def summarize(predictions: pd.DataFrame, predicted: str = "predicted_iteration_time_s"
-              ) -> pd.DataFrame:
-    """Per dataset and system, on the runs not fitted: the errors and rank metrics above."""
+def summarize(predictions: pd.DataFrame, predicted: str = "predicted_iteration_time_s",
+              by: Sequence[str] = ()) -> pd.DataFrame:
+    """Per dataset and system (and each value of the ``by`` columns, from ``SLICES``), on the
+    runs not fitted: the errors and rank metrics above."""
+    unknown = [c for c in by if c not in SLICES]
+    if unknown:
+        raise ValueError(f"by={unknown}: not a column to split by; valid: {list(SLICES)}")
     held = predictions[~predictions.calibration.astype(bool)]
     if held.empty:
         raise ValueError("predictions has no held-out rows to summarize")
+    keys = ["dataset", "system", *by]
     rows = []
-    for (dataset, system), g in held.groupby(["dataset", "system"], sort=False):
+    for values, g in held.groupby(keys, sort=False):
         err = (g[predicted] - g.paper_iteration_time_s) / g.paper_iteration_time_s
         err = err.dropna()
         points = g.mfu_error_points.dropna() if predicted == "predicted_iteration_time_s" \
             else pd.Series(dtype=float)
         rho, regret, groups = rank_metrics(g, predicted)
-        rows.append({"dataset": dataset, "system": system, "runs": len(g),
+        rows.append({**dict(zip(keys, values)), "runs": len(g),
                      "time_mean_abs_pct": 100 * err.abs().mean() if len(err) else nan,
                      "time_max_abs_pct": 100 * err.abs().max() if len(err) else nan,
                      "time_mean_signed_pct": 100 * err.mean() if len(err) else nan,
