@@ -44,6 +44,10 @@ def test_the_rehearsal_runs_every_step_and_leaves_records_the_report_reads(tmp_p
     assert set(attention["unavailable"]) == {"cudnn", "efficient"}
     assert attention["summary"]["assumed"]["flash"] == {"forward": 0.75, "backward": 0.5}
 
+    overlap = json.loads((out / "overlap_interference.json").read_text())
+    assert overlap["copy_kernel_correct"] is True and overlap["shapes"] == []
+    assert overlap["unavailable"].startswith("concurrent streams need CUDA")
+
     with tarfile.open(out / "results.tar.gz") as tar:
         tar.extractall(tmp_path / "results", filter="data")
     (machine,) = (tmp_path / "results").iterdir()  # this machine's name, as the workflow's
@@ -106,3 +110,41 @@ def test_steps_runs_only_the_named_steps_and_a_wrong_name_lists_the_pack(tmp_pat
                           str(tmp_path / "bad"), "--steps", "serve"], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "['serve']" in bad.stderr and "'serving'" in bad.stderr
+
+
+def test_the_side_copy_copies_on_any_block_count():
+    """The stand-in for a collective (``suite.gpu.interference``) copies every element, on a
+    length no block divides, with fewer and with more blocks than the data has, repeated."""
+    import torch
+
+    from suite.gpu.interference import COPY_BLOCK, side_copy
+
+    src = torch.arange(2 * COPY_BLOCK + 7, dtype=torch.float32)
+    for ctas, rounds in ((1, 1), (2, 3), (5, 1)):
+        dst = torch.zeros_like(src)
+        side_copy(src, dst, ctas, rounds)
+        assert torch.equal(src, dst)
+    with pytest.raises(ValueError, match="ctas >= 1 \\(got 0\\)"):
+        side_copy(src, src.clone(), 0, 1)
+
+
+def test_overlap_interference_plans_and_scores_by_hand():
+    from suite.gpu.interference import beside, plan, summarize
+
+    assert plan(once_ms=2.0, window_ms=50.0, round_ms=0.5) == (25, 150)
+    assert plan(once_ms=40.0, window_ms=50.0, round_ms=1.0) == (3, 180)  # at least 3 GEMMs
+    entry = beside(alone_ms=10.0, together_ms=12.0, reps=5, copy_ms=70.0, round_ms=1.0,
+                   copy_bytes=1 << 20)
+    assert entry == {"ms": 12.0, "slowdown": pytest.approx(0.2),
+                     "copy_gbps_alone": pytest.approx(2 * (1 << 20) / 1e6), "covered": True}
+    short = beside(alone_ms=10.0, together_ms=11.0, reps=5, copy_ms=50.0, round_ms=1.0,
+                   copy_bytes=1 << 20)
+    assert short["covered"] is False  # the copy ended before the 55 ms of GEMMs
+    rows = [{"beside": {"8": entry, "16": {**entry, "slowdown": 0.5}}},
+            {"beside": {"8": {**entry, "slowdown": 0.1}, "16": short}}, {"correct": False}]
+    summary = summarize(rows)
+    assert summary["slowdown_by_ctas"]["8"] == {"median": pytest.approx(0.15),
+                                                "min": pytest.approx(0.1),
+                                                "max": pytest.approx(0.2), "shapes": 2}
+    assert summary["slowdown_by_ctas"]["16"]["shapes"] == 1  # the uncovered entry is left out
+    assert summary["lee_2025_mean"] == 0.189 and summary["model_assumes"] == 0.0

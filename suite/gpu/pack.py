@@ -26,6 +26,9 @@ the workflow writes them), each step's outcome and time in ``steps.json``:
   gemm_shapes  the scale model's GEMM-from-shape term: the layer GEMMs of the published H100
              runs timed in bf16 beside the model's predicted efficiency (``suite.scale.probe``),
              with the SM clock and board power NVML reads under each
+  overlap_interference  the same GEMMs alone and beside a persistent copy kernel of 8, 16
+             and 32 blocks (NCCL's channels) on a side stream: what hidden communication costs
+             the compute under it, which the scale model takes as nothing
 
 A step that would start past the time budget is recorded as skipped. Records go under
 ``<machine>/...`` (the workflow's layout and machine name, e.g. ``1x-nvidia-h200``), packed into
@@ -110,7 +113,8 @@ REHEARSAL = Sizes(
              "shape_probes": 2},
     extra={"ladder_steps": (0, 5),  # the first and the last step: the same path, less time
            "probe_shapes": 6, "attention_heads": (2, 16), "attention_tokens": 64,
-           "attention_lengths": (16, 32), "attention_check_len": 16},
+           "attention_lengths": (16, 32), "attention_check_len": 16,
+           "overlap_ctas": (2,)},
 )
 
 

@@ -220,6 +220,22 @@ def peak(pack) -> dict[str, Any]:
             for dtype in dtypes}
 
 
+def _gemm_operands(shape, device, dtype, g) -> tuple[Any, Any, dict[str, Any]]:
+    """A and B of ``shape`` drawn on the device, and the product checked against fp32 (fp64 on
+    the CPU): the row's relative error and whether it is correct."""
+    import torch
+
+    a = torch.randn(shape.m, shape.k, generator=g, device=device, dtype=dtype)
+    b = torch.randn(shape.k, shape.n, generator=g, device=device, dtype=dtype)
+    reference = a.double() @ b.double() if device.type == "cpu" else a.float() @ b.float()
+    err = ((a @ b).to(reference.dtype) - reference).abs().max().item() / \
+        reference.abs().max().item()
+    del reference
+    return a, b, {"m": shape.m, "n": shape.n, "k": shape.k, "name": shape.name,
+                  "relative_error": err,
+                  "correct": err <= (1e-2 if dtype != torch.float32 else 1e-4)}
+
+
 def gemm_shapes(pack) -> dict[str, Any]:
     """The scale model's GEMM-from-shape term against this GPU: the layer GEMMs of the
     published H100 runs (``suite.scale.probe``), each checked against an fp32 product, timed,
@@ -237,28 +253,60 @@ def gemm_shapes(pack) -> dict[str, Any]:
     # they took most of the step's 171 s on the first H200 run)
     g = torch.Generator(device=device).manual_seed(0)
     for shape in shapes:
-        a = torch.randn(shape.m, shape.k, generator=g, device=device, dtype=dtype)
-        b = torch.randn(shape.k, shape.n, generator=g, device=device, dtype=dtype)
-        reference = a.double() @ b.double() if device.type == "cpu" else a.float() @ b.float()
-        err = ((a @ b).to(reference.dtype) - reference).abs().max().item() / \
-            reference.abs().max().item()
-        row = {"m": shape.m, "n": shape.n, "k": shape.k, "name": shape.name,
-               "predicted_shape_efficiency": probe.shape_efficiency(shape, hw),
-               "relative_error": err, "correct": err <= (1e-2 if dtype != torch.float32
-                                                         else 1e-4)}
+        a, b, row = _gemm_operands(shape, device, dtype, g)
+        row["predicted_shape_efficiency"] = probe.shape_efficiency(shape, hw)
         if row["correct"]:
             ms = _time_ms(lambda a=a, b=b: a @ b, device)
             row.update(ms=ms, tflops=shape.flops / ms / 1e9,
                        fraction_of_peak=shape.flops / (ms / 1e3) / hw.peak_flops,
                        **_under_load(lambda a=a, b=b: a @ b, ms, device))
         rows.append(row)
-        del a, b, reference
+        del a, b
     summary = probe.summarize(rows)
     report = {"gpu_preset": hw.name, "dtype": str(dtype), "peak_flops": hw.peak_flops,
               "summary": summary, "shapes": rows}
     (pack.out / "gemm_shapes.json").write_text(json.dumps(report, indent=1))
     wrong = sum(not r["correct"] for r in rows)
     return {**summary, "incorrect": wrong, **({"status": "failed"} if wrong else {})}
+
+
+def overlap_interference(pack) -> dict[str, Any]:
+    """What hidden communication costs the compute under it (``suite.gpu.interference``): the
+    layer GEMMs of the published H100 runs, each checked, timed alone and beside a persistent
+    copy kernel of 8, 16 and 32 blocks (NCCL's channels) -> OUT/overlap_interference.json. The
+    rehearsal has no concurrent streams: it checks the copy kernel (interpreted) and says so."""
+    import torch
+
+    from suite.gpu import interference
+    from suite.scale import probe
+
+    device = torch.device(pack.sizes.device)
+    dtype, hw, runs = _probe_runs(pack)
+    ctas = tuple(pack.sizes.extra.get("overlap_ctas", (8, 16, 32)))
+    # the copy first, on a length no block divides: a wrong copy would load the GEMMs wrongly
+    src = torch.arange(3 * interference.COPY_BLOCK + 5, dtype=torch.float32, device=device)
+    dst = torch.zeros_like(src)
+    interference.side_copy(src, dst, 2, 2)
+    report: dict[str, Any] = {"gpu_preset": hw.name, "dtype": str(dtype), "ctas": list(ctas),
+                              "copy_kernel_correct": bool(torch.equal(src, dst))}
+    rows = []
+    if device.type != "cuda":
+        report["unavailable"] = ("concurrent streams need CUDA: the rehearsal checks the copy "
+                                 "kernel only")
+    elif report["copy_kernel_correct"]:
+        g = torch.Generator(device=device).manual_seed(0)
+        for shape in probe.probe_shapes(runs, hw, pack.sizes.extra.get("overlap_shapes", 8)):
+            a, b, row = _gemm_operands(shape, device, dtype, g)
+            if row["correct"]:
+                row.update(interference.measure(lambda a=a, b=b: a @ b, ctas,
+                                                window_ms=50.0, copy_bytes=256 << 20))
+            rows.append(row)
+            del a, b
+    report.update(summary=interference.summarize(rows), shapes=rows)
+    (pack.out / "overlap_interference.json").write_text(json.dumps(report, indent=1))
+    wrong = sum(not r["correct"] for r in rows) + (not report["copy_kernel_correct"])
+    return {"copy_kernel_correct": report["copy_kernel_correct"], **report["summary"],
+            "incorrect": wrong, **({"status": "failed"} if wrong else {})}
 
 
 def attention_kernels(pack) -> dict[str, Any]:
@@ -465,4 +513,5 @@ def _statuses(statuses: dict[str, str]) -> dict[str, Any]:
 # serving before the scale model's probes: the first H200 run measured those, and not serving
 STEPS = (("env", env), ("kernels", kernels), ("tune", tune), ("peak", peak), ("mha", mha),
          ("bert", bert), ("gpt", gpt), ("serving", serving), ("ladder", ladder),
-         ("attention_kernels", attention_kernels), ("gemm_shapes", gemm_shapes))
+         ("attention_kernels", attention_kernels), ("gemm_shapes", gemm_shapes),
+         ("overlap_interference", overlap_interference))
