@@ -48,6 +48,11 @@ def test_the_rehearsal_runs_every_step_and_leaves_records_the_report_reads(tmp_p
     assert overlap["copy_kernel_correct"] is True and overlap["shapes"] == []
     assert overlap["unavailable"].startswith("concurrent streams need CUDA")
 
+    layer = json.loads((out / "layer_intercept.json").read_text())
+    assert layer["correct"] and len(layer["points"]) == 3  # fused blocks agree with unfused
+    assert all(p["ms_per_layer"] > 0 < p["model_ms_per_layer"] for p in layer["points"])
+    assert layer["model"]["r"] > 0.99 and "intercept_ms" in layer["measured"]
+
     with tarfile.open(out / "results.tar.gz") as tar:
         tar.extractall(tmp_path / "results", filter="data")
     (machine,) = (tmp_path / "results").iterdir()  # this machine's name, as the workflow's

@@ -535,6 +535,21 @@ def test_validate_cli(capsys, tmp_path):
     assert f"{bad}: row 2 (id b): column gpu: 'B200' is not one of" in capsys.readouterr().err
 
 
+def test_layer_seconds_is_one_layer_of_the_stage():
+    """``layer_seconds`` (what the GPU pack's layer_intercept step compares against) is what one
+    more layer adds to a stage's compute: GEMMs at the ceiling, attention, element-wise."""
+    from suite.scale.step import layer_seconds
+
+    hw = replace(A100_80GB, gemm_efficiency=0.6)
+    lay = Layout(tp=1, pp=1, dp=1, micro_batch=2, global_batch=2, attention="flash2")
+
+    def compute(layers: int) -> float:
+        (w,) = stage_works(replace(SMALL, layers=layers), lay, hw)
+        return w.gemm / hw.gemm_efficiency + w.attention + w.memory
+
+    assert layer_seconds(SMALL, lay, hw) == pytest.approx(compute(5) - compute(4))
+
+
 def test_validate_splits_the_errors_by_layout_columns(capsys, predictions):
     """``by`` splits each dataset's held-out rows by a layout column; the slices partition the
     rows and each slice's errors are those of its rows alone."""

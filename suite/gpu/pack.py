@@ -29,6 +29,9 @@ the workflow writes them), each step's outcome and time in ``steps.json``:
   overlap_interference  the same GEMMs alone and beside a persistent copy kernel of 8, 16
              and 32 blocks (NCCL's channels) on a side stream: what hidden communication costs
              the compute under it, which the scale model takes as nothing
+  layer_intercept  GPT blocks timed forward + backward at 1 to 16 sequences: the fixed time a
+             layer costs per micro-batch (the intercept of time against tokens), which the
+             scale model does not have
 
 A step that would start past the time budget is recorded as skipped. Records go under
 ``<machine>/...`` (the workflow's layout and machine name, e.g. ``1x-nvidia-h200``), packed into
@@ -114,7 +117,9 @@ REHEARSAL = Sizes(
     extra={"ladder_steps": (0, 5),  # the first and the last step: the same path, less time
            "probe_shapes": 6, "attention_heads": (2, 16), "attention_tokens": 64,
            "attention_lengths": (16, 32), "attention_check_len": 16,
-           "overlap_ctas": (2,)},
+           "overlap_ctas": (2,),
+           "layer_intercept": {"layers": 1, "hidden": 32, "heads": 2, "seq": 16,
+                               "batches": (1, 2, 4)}},
 )
 
 

@@ -510,8 +510,74 @@ def _statuses(statuses: dict[str, str]) -> dict[str, Any]:
     return {"records": statuses, **({"status": "failed"} if bad else {})}
 
 
+def layer_intercept(pack) -> dict[str, Any]:
+    """Whether a layer costs a fixed time per micro-batch, which the scale model does not have
+    (its layer time grows with the tokens, bar tile and wave quantization): a stack of GPT
+    blocks (the gpt step's width, eager, fused kernels, bf16) checked against the same weights
+    on the unfused path in fp32, then timed forward + backward at 1 to 16 sequences; a line
+    through time against tokens (``scipy.stats.linregress``) gives the fixed part per layer
+    (its intercept) beside the model's own line at ceiling 1 -> OUT/layer_intercept.json."""
+    import torch
+    from scipy.stats import linregress
+
+    from dataclasses import replace
+
+    from reference_impl.configs import GPTConfig
+    from reference_impl.gpt import Block
+    from suite.scale.layout import Layout
+    from suite.scale.model import ModelConfig
+    from suite.scale.step import layer_seconds
+
+    sizes = pack.sizes.extra.get("layer_intercept", {"layers": 4, "hidden": 2048, "heads": 16,
+                                                     "seq": 1024, "batches": (1, 2, 4, 8, 16)})
+    device = torch.device(pack.sizes.device)
+    dtype, hw, _ = _probe_runs(pack)
+    cfg = GPTConfig(n_layer=sizes["layers"], n_embd=sizes["hidden"], n_head=sizes["heads"],
+                    block_size=sizes["seq"])
+    torch.manual_seed(0)
+    blocks = torch.nn.Sequential(*[Block(cfg) for _ in range(cfg.n_layer)]).to(device)
+    unfused = torch.nn.Sequential(*[Block(replace(cfg, fused=False))
+                                    for _ in range(cfg.n_layer)]).to(device)
+    unfused.load_state_dict(blocks.state_dict())
+    x = torch.randn(2, sizes["seq"], cfg.n_embd, device=device)
+    with torch.no_grad():
+        expected = unfused(x)
+        blocks.to(dtype)
+        got = blocks(x.to(dtype)).float()
+    err = ((got - expected).abs().max() / expected.abs().max()).item()
+    correct = err <= (5e-2 if dtype != torch.float32 else 1e-4)
+    shape = ModelConfig(layers=cfg.n_layer, hidden=cfg.n_embd, heads=cfg.n_head,
+                        seq_len=sizes["seq"], vocab=cfg.vocab_size)
+    rows = []
+    for batch in sizes["batches"] if correct else ():
+        x = torch.randn(batch, sizes["seq"], cfg.n_embd, device=device, dtype=dtype,
+                        requires_grad=True)
+        grad = torch.randn_like(x)
+
+        def step(x=x, grad=grad):
+            blocks(x).backward(grad)
+
+        step()  # warm: kernels' first launches and allocations
+
+        layout = Layout(tp=1, pp=1, dp=1, micro_batch=batch, global_batch=batch,
+                        attention="flash2")
+        rows.append({"batch": batch, "tokens": batch * sizes["seq"],
+                     "ms_per_layer": _time_ms(step, device) / cfg.n_layer,
+                     "model_ms_per_layer": 1e3 * layer_seconds(shape, layout, hw)})
+    report = {"gpu_preset": hw.name, "dtype": str(dtype), **sizes, "relative_error": err,
+              "correct": correct, "points": rows}
+    if len(rows) >= 3:
+        for key, name in (("ms_per_layer", "measured"), ("model_ms_per_layer", "model")):
+            fit = linregress([r["tokens"] for r in rows], [r[key] for r in rows])
+            report[name] = {"intercept_ms": fit.intercept, "ms_per_1k_tokens": 1e3 * fit.slope,
+                            "r": fit.rvalue}
+    (pack.out / "layer_intercept.json").write_text(json.dumps(report, indent=1))
+    return {"correct": correct, **{k: report[k] for k in ("measured", "model") if k in report},
+            **({"status": "failed"} if not correct else {})}
+
+
 # serving before the scale model's probes: the first H200 run measured those, and not serving
 STEPS = (("env", env), ("kernels", kernels), ("tune", tune), ("peak", peak), ("mha", mha),
          ("bert", bert), ("gpt", gpt), ("serving", serving), ("ladder", ladder),
          ("attention_kernels", attention_kernels), ("gemm_shapes", gemm_shapes),
-         ("overlap_interference", overlap_interference))
+         ("overlap_interference", overlap_interference), ("layer_intercept", layer_intercept))

@@ -282,6 +282,14 @@ def _layer_compute(model: ModelConfig, layout: Layout, hw: Hardware,
     return gemm, flash, memory
 
 
+def layer_seconds(model: ModelConfig, layout: Layout, hw: Hardware,
+                  terms: Terms = ALL_TERMS) -> float:
+    """One layer's compute per micro-batch on one GPU (GEMMs at ``hw.gemm_efficiency``,
+    attention, element-wise), no communication: what a single-GPU layer timing measures."""
+    gemm, flash, memory = _layer_compute(model, layout, hw, terms)
+    return gemm / hw.gemm_efficiency + flash + memory
+
+
 def _logits_compute(model: ModelConfig, layout: Layout, hw: Hardware,
                     terms: Terms) -> tuple[float, float]:
     """(GEMM seconds at ceiling 1, loss HBM seconds) of the output layer per micro-batch."""
