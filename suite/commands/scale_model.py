@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -171,6 +172,6 @@ def _validate(args: argparse.Namespace) -> int:
                   f"{r.time_mean_abs_pct:.1f}%, signed {r.time_mean_signed_pct:+.1f}%, max "
                   f"{r.time_max_abs_pct:.1f}%, within 10%: {100 * r.within_10pct:.0f}%"
                   + (f"; {r.sweeps} sweeps: top-1 regret {r.top1_regret_pct:.1f}%"
-                     + (f", Spearman {r.spearman:.2f}" if r.spearman == r.spearman else "")
+                     + (f", Spearman {r.spearman:.2f}" if not math.isnan(r.spearman) else "")
                      if r.sweeps else ""))
     return 0

@@ -99,7 +99,7 @@ def measure(gemm, ctas_list: tuple[int, ...], window_ms: float, copy_bytes: int)
     """One GEMM alone and beside the copy at each block count (CUDA only)."""
     import torch
 
-    src = torch.empty(copy_bytes // 2, dtype=torch.bfloat16, device="cuda").uniform_()
+    src = torch.empty(copy_bytes // 2, dtype=torch.bfloat16, device="cuda").uniform_()  # 2 B each
     dst = torch.empty_like(src)
     gemm()  # warm: cuBLAS's plan for this shape, and the copy kernel's compile
     side_copy(src, dst, ctas_list[0], 1)
@@ -112,7 +112,7 @@ def measure(gemm, ctas_list: tuple[int, ...], window_ms: float, copy_bytes: int)
         together, copy_ms = _events_ms(gemm, reps, lambda c=ctas, r=rounds:
                                        side_copy(src, dst, c, r))
         row["beside"][str(ctas)] = {"alone_ms": alone, **beside(
-            alone, together, reps, copy_ms, round_ms, src.numel() * src.element_size())}
+            alone, together, reps, copy_ms, round_ms, copy_bytes)}
     return row
 
 

@@ -9,7 +9,7 @@ import math
 import platform
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from itertools import product
 from pathlib import Path
 from typing import Any
@@ -401,8 +401,6 @@ def _probe_runs(pack):
     """(dtype, the GPU preset the model predicts for, the runs whose shapes are timed): on a
     GPU the published H100 runs, H200 (Hopper's 132 SMs) when the device is one; in the
     rehearsal two tiny layouts."""
-    from dataclasses import replace
-
     import torch
 
     from suite.scale.hardware import preset
@@ -519,8 +517,6 @@ def layer_intercept(pack) -> dict[str, Any]:
     (its intercept) beside the model's own line at ceiling 1 -> OUT/layer_intercept.json."""
     import torch
     from scipy.stats import linregress
-
-    from dataclasses import replace
 
     from reference_impl.configs import GPTConfig
     from reference_impl.gpt import Block
