@@ -36,6 +36,7 @@ from suite.scale.step import (
     NCCL_BASE_LATENCY,
     Terms,
     allreduce_latency,
+    cross_node_rate,
     dp_bandwidth,
     dp_bytes_per_iteration,
     dp_ranks_per_node,
@@ -315,6 +316,30 @@ def test_dp_ranks_of_a_node_share_its_nics():
     assert dp_bandwidth(inside, hw, dp_ranks_per_node(inside, hw)) == 300e9
 
 
+def test_a_measured_busbw_caps_what_crosses_nodes():
+    # Jean Zay: 4 x 100 Gb/s Omni-Path per 8 GPUs (6.25 GB/s each), NCCL measured at 5.07 GB/s
+    hw = replace(A100_80GB, network_bw=6.25e9, network_busbw=5.07e9)
+    assert cross_node_rate(hw) == 5.07e9  # one rank per node: 6.25 capped
+    assert cross_node_rate(hw, 2) == 5.07e9  # two ranks share 12.5 GB/s of NICs: capped
+    assert cross_node_rate(replace(hw, network_busbw=None), 2) == 12.5e9
+    # a cap above the NICs' sum does not bind (8 x 6.25), nor above NVLink (16 x 25 > 300)
+    assert cross_node_rate(replace(hw, network_busbw=400e9), 8) == 50e9
+    assert cross_node_rate(replace(A100_80GB, network_busbw=400e9), 16) == 300e9
+    lay = Layout(tp=4, pp=12, dp=8, micro_batch=2, global_batch=2048, grad_bytes=4)
+    assert dp_bandwidth(lay, hw, 2) == 5.07e9
+    assert dp_bandwidth(replace(lay, dp=2, global_batch=512), hw, 2) == hw.nvlink_bw
+    bloom = ModelConfig(layers=70, hidden=14336, heads=112, seq_len=2048, vocab=250880)
+    assert tied_embedding_sync(bloom, lay, hw, latency=False) == pytest.approx(
+        250880 * 14336 / 4 * 4 / 5.07e9)
+    # PP's activations go at the capped rate: the exposed PP part scales by 6.25 / 5.07
+    terms = replace(ALL_TERMS, latency=False)
+    capped, nic = (stage_works(bloom, lay, h, terms)[0].pp
+                   for h in (hw, replace(hw, network_busbw=None)))
+    assert capped == pytest.approx(nic * 6.25 / 5.07)
+    with pytest.raises(ValueError, match="network_busbw=0"):
+        replace(hw, network_busbw=0)
+
+
 def test_the_uneven_bubble():
     # m = 6 on p = 4, v = 2: the last group of r = 2 leaves p - r = 2 chunk-steps at each of
     # v - 1 = 1 chunk change, forward and backward: (v-1)(p-r)/v = 1 slot
@@ -491,6 +516,14 @@ def test_bad_rows_get_one_error_line_each():
     assert lines[4].startswith("runs.csv: row 6 (id f): unknown column(s) ['colour']; valid:")
     with pytest.raises(RunsError, match="runs.csv: no rows"):
         runs_from_frame(pd.DataFrame([]), "runs.csv")
+
+
+def test_a_measured_busbw_enters_through_the_runs_csv():
+    (run,) = runs_from_frame(pd.DataFrame([{**ROW, "network_busbw_gbps": 5.07}]), "runs.csv")
+    assert run.hardware.network_busbw == pytest.approx(5.07e9)
+    assert runs_from_frame(pd.DataFrame([ROW]), "runs.csv")[0].hardware.network_busbw is None
+    with pytest.raises(RunsError, match="column network_busbw_gbps"):
+        runs_from_frame(pd.DataFrame([{**ROW, "network_busbw_gbps": 0}]), "runs.csv")
 
 
 def test_a_users_runs_take_the_papers_path(runs):
@@ -707,6 +740,7 @@ def test_published_runs_as_model_inputs(runs, paper):
     assert (bloom.layout.tp, bloom.layout.pp, bloom.layout.dp, bloom.layout.micro_batches) == \
         (4, 12, 8, 128)
     assert bloom.hardware.network_bw == pytest.approx(6.25e9)
+    assert bloom.hardware.network_busbw == pytest.approx(40.55e9 / 8)
     assert (bloom.layout.dp_mode, bloom.layout.grad_bytes) == ("zero1_allreduce", 4)
     table = paper["korthikanti"].copy()
     table.loc[0, "method"] = "partial"

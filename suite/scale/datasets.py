@@ -101,7 +101,9 @@ What a paper leaves unsaid is an assumption, declared here:
   gradients), nothing overlapped; Jean Zay's 4 x 100 Gb/s Omni-Path per node (6.25 GB/s per
   GPU). The run logged during a documented slow node is left out. (Third round, after seeing
   the errors: the fp32 gradients are all-reduced in full, ``zero1_allreduce``, as DeepSpeed's
-  pipeline engine does with its BF16 optimizer; the first round took zero1's reduce-scatter.)
+  pipeline engine does with its BF16 optimizer; the first round took zero1's reduce-scatter.
+  Fourth round, after seeing the runs 35% too slow: what crosses nodes goes at the busbw
+  BigScience measured there, 5.1 GB/s, ``Hardware.network_busbw``.)
 
 Calibration (``CALIBRATION``): per system, the two runs with the fewest GPUs of its first
 dataset (for the MegaScale systems: the smallest GPU count of each Table 2 batch size), declared
@@ -271,8 +273,11 @@ def korthikanti_rows(table: pd.DataFrame) -> pd.DataFrame:
 # torchtitan's selective checkpointing: "layer" checkpoints every 2nd block, "op" recomputes
 # every 2nd matmul (and the element-wise ops) of every block: half of the forward either way
 TORCHTITAN_SAC_SHARE = 0.5
-# Jean Zay's A100 nodes: 4 Omni-Path links of 100 Gb/s per 8 GPUs (the tr11 README)
+# Jean Zay's A100 nodes: 4 Omni-Path links of 100 Gb/s per 8 GPUs (the tr11 README), and what
+# NCCL 2.10.3 reached over them: busbw 40.8 Gb/s, the median of the 4 timed trials x 32 ranks
+# after the first (bigscience experiments/bandwidth/all_reduce_bench-a100-n4.txt, 2022-01)
 BLOOM_NETWORK_GBPS = 4 * 100 / 8 / 8
+BLOOM_BUSBW_GBPS = 40.55 / 8
 MPT_GPUS = {"A100-40GB": "llm-foundry (A100-40GB)", "A100-80GB": "llm-foundry (A100-80GB)",
             "H100-80GB": "llm-foundry (H100)"}
 MPT_SHARDING = {"FULL_SHARD": "fsdp", "SHARD_GRAD_OP": "zero2"}
@@ -338,7 +343,8 @@ def bloom_rows(table: pd.DataFrame) -> pd.DataFrame:
                      "id": f"176B b{r.global_batch} iteration {int(r.iteration)}",
                      "layers": r.layers, "hidden": r.hidden, "heads": r.heads, "vocab": r.vocab,
                      "seq_len": r.seq_len, "position_embeddings": False, "dropout": False,
-                     "network_gbps": BLOOM_NETWORK_GBPS, "gpus": r.gpus, "tp": r.tp, "pp": r.pp,
+                     "network_gbps": BLOOM_NETWORK_GBPS, "network_busbw_gbps": BLOOM_BUSBW_GBPS,
+                     "gpus": r.gpus, "tp": r.tp, "pp": r.pp,
                      "micro_batch": r.micro_batch,
                      "global_batch": r.global_batch, "recompute": "full",
                      "iteration_time_s": r.iteration_time_s})

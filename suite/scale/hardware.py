@@ -10,6 +10,15 @@ HBM3e 4.8 TB/s, 141 GB). Networks: DGX A100 / SuperPOD nodes carry 8 x 200 Gb/s 
 InfiniBand (25 GB/s per GPU), DGX H100 / H200 nodes 8 x 400 Gb/s NDR (50 GB/s per GPU).
 Latencies: NCCL's tuning model (src/graph/tuning.cc, Simple protocol).
 
+A fabric whose NCCL transport falls short of the NICs' line rate is described by what it was
+measured to do, ``network_busbw``: the bus bandwidth of an all-reduce across nodes at large
+messages (nccl-tests' busbw; the rate of each link of the ring). It caps every transfer that
+crosses nodes, per communicator, below the NIC figure; on InfiniBand clusters the measurement is
+about the nodes' NIC sum and the cap never binds. BigScience measured 40.8 Gb/s (5.1 GB/s) on
+Jean Zay's A100 nodes, whose 4 x 100 Gb/s Omni-Path links promise 50 GB/s per node
+(bigscience-workshop/bigscience, experiments/bandwidth/all_reduce_bench-a100-n4.txt: 32 ranks on
+4 nodes, 4 GB fp32, NCCL 2.10.3, the version BLOOM trained with).
+
 GEMM tiles: NVIDIA's "Matrix Multiplication Background" guide (DU-09799-001, Sec. 2.3) lists
 cuBLAS's tensor-core tiles (256x128, 128x256, 128x128, ... 64x64) and says the large ones are
 the efficient choice for large GEMMs; the model takes the two 32K-element tiles and lets the
@@ -71,6 +80,7 @@ class Hardware:
     gpus_per_node: int = 8
     nvlink_latency_s: float = 3.4e-6
     network_latency_s: float = 9.6e-6
+    network_busbw: float | None = None  # measured cross-node all-reduce busbw; None: NIC rate
     gemm_efficiency: float = 1.0
     straggler: float = 0.0
 
@@ -85,6 +95,8 @@ class Hardware:
         for name in ("peak_flops", "nvlink_bw", "network_bw", "hbm_bw", "hbm_bytes",
                      "nvlink_latency_s", "network_latency_s"):
             check_positive(name, getattr(self, name))
+        if self.network_busbw is not None:
+            check_positive("network_busbw", self.network_busbw)
         for kind in FLASH_KINDS:
             check_positive(f"{kind}_fwd", getattr(self, f"{kind}_fwd"))
             check_positive(f"{kind}_bwd", getattr(self, f"{kind}_bwd"))

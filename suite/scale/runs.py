@@ -15,8 +15,10 @@ Columns (empty = not given; names are exact, an unknown column is an error):
                 dropout (true), norm (layernorm | rmsnorm)
   GPU           gpu: a preset (``suite.scale.hardware.HARDWARE``), or its numbers: peak_tflops
                 (dense bf16), hbm_gbps, nvlink_gbps and network_gbps (GB/s per GPU, one
-                direction), sms; optional hbm_gb, gpus_per_node (8); numbers given with a preset
-                override it
+                direction), sms; optional hbm_gb, gpus_per_node (8), network_busbw_gbps (the
+                bus bandwidth an all-reduce across nodes was measured at, nccl-tests' busbw:
+                caps every transfer between nodes, for a fabric slower than its NICs); numbers
+                given with a preset override it
   layout        tp, pp, micro_batch, global_batch (required); gpus or dp; virtual_stages (1),
                 first_stage_layers, last_stage_layers, recompute (none | selective | full),
                 recompute_fraction (the share of layers full recompute covers, 1),
@@ -48,8 +50,8 @@ from suite.scale.systems import SYSTEMS, System
 INTEGER = ("layers", "hidden", "heads", "seq_len", "vocab", "kv_heads", "ffn_hidden", "gpus",
            "tp", "pp", "dp", "virtual_stages", "micro_batch", "global_batch",
            "first_stage_layers", "last_stage_layers", "grad_bytes", "gpus_per_node", "sms")
-NUMBER = ("peak_tflops", "hbm_gbps", "hbm_gb", "nvlink_gbps", "network_gbps", "iteration_time_s",
-          "tokens_per_s", "mfu_percent")
+NUMBER = ("peak_tflops", "hbm_gbps", "hbm_gb", "nvlink_gbps", "network_gbps",
+          "network_busbw_gbps", "iteration_time_s", "tokens_per_s", "mfu_percent")
 FRACTION = ("tp_overlap", "pp_overlap", "dp_overlap", "recompute_fraction")
 BOOLEAN = ("gated_mlp", "tied_embeddings", "position_embeddings", "dropout", "sequence_parallel")
 CHOICES = {"gpu": tuple(sorted(HARDWARE)), "system": tuple(sorted(SYSTEMS)),
@@ -148,6 +150,7 @@ def _hardware(row: dict) -> Hardware:
         sms=row["sms"])
     scale = {"peak_tflops": ("peak_flops", 1e12), "hbm_gbps": ("hbm_bw", 1e9),
              "nvlink_gbps": ("nvlink_bw", 1e9), "network_gbps": ("network_bw", 1e9),
+             "network_busbw_gbps": ("network_busbw", 1e9),
              "hbm_gb": ("hbm_bytes", 1e9), "gpus_per_node": ("gpus_per_node", 1),
              "sms": ("sms", 1)}
     given = {field: row[c] * unit for c, (field, unit) in scale.items() if c in row}

@@ -30,7 +30,8 @@ A stage's slot:
              2(t-1)/t each over NVLink, plus NCCL's latency; sequence parallelism moves the same
              bytes as reduce-scatter + all-gather (Korthikanti et al. 2022 Sec. 4.2.2).
   PP         the b*s*h/tp slice at each of the v*p - 1 chunk boundaries, forward and backward,
-             averaged over the stages, over the network. Once per iteration, with tied
+             averaged over the stages, over the network (``cross_node_rate``: the NIC, or the
+             measured busbw where lower). Once per iteration, with tied
              embeddings, the first and last stages (both hold the word embedding) all-reduce
              its vocab*h/tp gradients (grad_bytes) after the last backward, unhidden
              (``tied_embedding_sync``); in the breakdown's PP part.
@@ -47,10 +48,10 @@ The iteration:
              40M parameters; zero1/zero2: reduce-scatter of the gradients + all-gather of the
              parameters (2 bytes), (d-1)/d each; zero1_allreduce: the all-reduce + the
              all-gather; over NVLink inside a node, else the NICs the group's ranks of a node
-             share (min(r x NIC, NVLink)); exposed = (1 - dp_overlap) of it plus what of the
-             overlapped part does not fit the window the schedule leaves (one slot, plus the
-             other v - 1 chunks of a group of min(m, p) micro-batches). fsdp: in the slots
-             above.
+             share (min(r x NIC, NVLink, the measured busbw)); exposed = (1 - dp_overlap) of
+             it plus what of the overlapped part does not fit the window the schedule leaves
+             (one slot, plus the other v - 1 chunks of a group of min(m, p) micro-batches).
+             fsdp: in the slots above.
   optimizer  Adam over the GPU's parameters (/ d when the optimizer state is sharded): 36 bytes
              of HBM traffic per parameter.
   iteration = slots x slot + exposed DP + optimizer + tied-embedding all-reduce.
@@ -168,13 +169,21 @@ def dp_ranks_per_node(layout: Layout, hw: Hardware) -> int:
     return max(1, min(layout.dp, hw.gpus_per_node // layout.tp))
 
 
+def cross_node_rate(hw: Hardware, ranks_per_node: int = 1) -> float:
+    """Per-rank rate of a ring (or a transfer) that leaves the node, with ``ranks_per_node`` of
+    its ranks on each node sharing their NICs (one ring channel per NIC, each leaving the node
+    once): r x NIC, capped by NVLink and by the fabric's measured busbw where given
+    (``Hardware.network_busbw``)."""
+    rate = min(ranks_per_node * hw.network_bw, hw.nvlink_bw)
+    return rate if hw.network_busbw is None else min(rate, hw.network_busbw)
+
+
 def dp_bandwidth(layout: Layout, hw: Hardware, ranks_per_node: int) -> float:
-    """Per-rank rate of a DP ring whose ``ranks_per_node`` ranks of a node share its NICs (one
-    ring channel per NIC, each leaving the node once): r x NIC capped by NVLink; NVLink alone
-    when the group fits in a node."""
+    """Per-rank rate of a DP ring: NVLink when the group fits in a node, else
+    ``cross_node_rate``."""
     if ranks_per_node >= layout.dp:
         return hw.nvlink_bw
-    return min(ranks_per_node * hw.network_bw, hw.nvlink_bw)
+    return cross_node_rate(hw, ranks_per_node)
 
 
 def stage_params(model: ModelConfig, layout: Layout, layers: int) -> float:
@@ -215,7 +224,7 @@ def tied_embedding_sync(model: ModelConfig, layout: Layout, hw: Hardware,
         return 0.0
     in_node = layout.tp * layout.dp * layout.pp <= hw.gpus_per_node
     grads = model.vocab * model.hidden / layout.tp * layout.grad_bytes
-    time = ring_factor(2) * grads / (hw.nvlink_bw if in_node else hw.network_bw)
+    time = ring_factor(2) * grads / (hw.nvlink_bw if in_node else cross_node_rate(hw))
     if latency:
         time += ring_latency(2, 1 if in_node else 2, hw)
     return time
@@ -320,7 +329,7 @@ def stage_works(model: ModelConfig, layout: Layout, hw: Hardware,
     pp = 0.0
     if layout.pp > 1:
         boundaries = layout.virtual_stages * layout.pp - 1
-        pp = 2 * boundaries / layout.pp * activation / layout.tp / hw.network_bw
+        pp = 2 * boundaries / layout.pp * activation / layout.tp / cross_node_rate(hw)
         if terms.latency:
             pp += 2 * boundaries / layout.pp * (NCCL_BASE_LATENCY + hw.network_latency_s)
     works = []
