@@ -716,7 +716,7 @@ def test_published_runs_as_model_inputs(runs, paper):
     counts = pd.Series([r.dataset for r in runs]).value_counts().to_dict()
     assert counts == {"megascale_table2": 16, "megascale_fig9": 6, "narayanan2021": 10,
                       "megatron_h100": 11, "korthikanti2022": 10, "llmfoundry_mpt": 209,
-                      "torchtitan_llama": 8, "bloom176b": 4}
+                      "torchtitan_llama": 8, "bloom176b": 4, "bloom176b_search": 17}
     first = by[("narayanan2021", "1.7B 32 GPUs", "Megatron-LM 2021 (Selene)")]
     assert first.iteration_time_s == pytest.approx(
         96 * 512 * 2048 * 24 * 2304 ** 2 * (1 + 2048 / (6 * 2304) + 51200 / (16 * 24 * 2304))
@@ -742,6 +742,16 @@ def test_published_runs_as_model_inputs(runs, paper):
     assert bloom.hardware.network_bw == pytest.approx(6.25e9)
     assert bloom.hardware.network_busbw == pytest.approx(40.55e9 / 8)
     assert (bloom.layout.dp_mode, bloom.layout.grad_bytes) == ("zero1_allreduce", 4)
+    # the topology search: its partition gives the embedding and the output layer a slot each
+    # of the first and last stage (72 slots over 12 stages: 5, 6 x 10, 5); same system, held out
+    search = by[("bloom176b_search", "70x14336 h64 tp8 pp12 mb2",
+                 "Megatron-DeepSpeed (BLOOM, Jean Zay)")]
+    assert search.layout.stage_layers(70) == [5] + [6] * 10 + [5]
+    assert (search.layout.tp, search.layout.dp, search.layout.micro_batches) == (8, 4, 256)
+    assert search.model.heads == 64 and search.hardware == bloom.hardware
+    assert "OOM" in set(paper["bloom_search"].outcome)  # in the CSV, not timed
+    assert not any(r.dataset == "bloom176b_search" for r in runs
+                   if (r.dataset, r.id) in CALIBRATION[r.system])
     table = paper["korthikanti"].copy()
     table.loc[0, "method"] = "partial"
     with pytest.raises(ValueError, match="method 'partial' is not one of"):

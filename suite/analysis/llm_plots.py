@@ -17,7 +17,7 @@ DATASET_NAMES = {"megascale_table2": "MegaScale Table 2 (175B)",
                  "korthikanti2022": "Korthikanti 2022 Table 5",
                  "llmfoundry_mpt": "llm-foundry MPT (FSDP)",
                  "torchtitan_llama": "torchtitan Llama (FSDP2)",
-                 "bloom176b": "BLOOM-176B log"}
+                 "bloom176b": "BLOOM-176B log", "bloom176b_search": "BLOOM topology search"}
 DATASET_COLORS = dict(zip(DATASET_NAMES, (f"C{i}" for i in range(10))))
 BREAKDOWN = [("gemm_s", "GEMMs", "tab:blue"), ("attention_s", "flash attention", "tab:cyan"),
              ("memory_s", "memory-bound", "tab:green"), ("bubble_s", "bubble", "tab:gray"),

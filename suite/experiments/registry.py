@@ -240,7 +240,8 @@ _SPECS = [
                "korthikanti": "korthikanti2022_table5_recompute.csv",
                "mpt": "llmfoundry_mpt_throughput.csv",
                "torchtitan": "torchtitan_llama_throughput.csv",
-               "bloom": "bloom176b_training_log.csv"},
+               "bloom": "bloom176b_training_log.csv",
+               "bloom_search": "bloom176b_topology_search.csv"},
         note="An analytical model of 3D-parallel and sharded training: each GEMM timed from "
              "its per-GPU shape (tile and wave quantization, short K, the HBM roofline) under "
              "one fitted ceiling, FlashAttention at its published throughput or materialized "

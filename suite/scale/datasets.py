@@ -23,6 +23,10 @@ Datasets (``results/paper/``, sources in SOURCES.md):
   A100-80GB with FSDP2 (GQA, SwiGLU, untied, RMSNorm), tokens/s per GPU published.
 - ``bloom176b`` (issue 27): BLOOM-176B's training log (Megatron-DeepSpeed, TP 4, PP 12, DP 8,
   384 A100-80GB on Jean Zay), iteration times logged.
+- ``bloom176b_search`` (issue 27): the topology search BigScience ran before BLOOM's launch,
+  its last day (2022-02-28, the final run's software): five shapes of 176-203B, TP 4 or 8,
+  PP 6 or 12, micro-batch 2 or 4, heads 64-128, on the same 384 GPUs; layout sweeps with
+  their seconds per iteration, the memory nvidia-smi showed, and three runs out of memory.
 
 Each dataset becomes rows of the runs schema (``suite.scale.runs``), the same path a user's
 runs take: the model, the layout, the GPU preset and the published iteration time and MFU.
@@ -104,6 +108,12 @@ What a paper leaves unsaid is an assumption, declared here:
   pipeline engine does with its BF16 optimizer; the first round took zero1's reduce-scatter.
   Fourth round, after seeing the runs 35% too slow: what crosses nodes goes at the busbw
   BigScience measured there, 5.1 GB/s, ``Hardware.network_busbw``.)
+- BLOOM's topology search (declared with that fourth round, before its runs were predicted):
+  as BLOOM's run, and the same system, fitted on BLOOM's declared run only; each shape's
+  stages as its partition (``type:transformer|embedding``) puts them: the embedding and the
+  tied output layer take one slot each of the first and last stage, so those hold one layer
+  less. The earlier tables of the search (02-20 to 02-27) ran other software (fp16, another
+  partition, before a PCIe/NUMA fix) and the author says not to compare across it: left out.
 
 Calibration (``CALIBRATION``): per system, the two runs with the fewest GPUs of its first
 dataset (for the MegaScale systems: the smallest GPU count of each Table 2 batch size), declared
@@ -134,6 +144,7 @@ GPT_530B = dict(layers=105, hidden=20480, heads=160, seq_len=2048, vocab=64000)
 FIG9_BASE_BATCH, FIG9_BASE_GPUS = 1920, 2240
 KORTHIKANTI_METHODS = {"full_recompute": ("full", False), "present_work": ("selective", True)}
 
+BLOOM_SYSTEM = "Megatron-DeepSpeed (BLOOM, Jean Zay)"  # its log and its topology search
 # Runs each system's two numbers are fitted on (dataset, id), declared before comparing.
 CALIBRATION: dict[str, tuple[tuple[str, str], ...]] = {
     "Megatron-LM": (("megascale_table2", "175B b768 256 GPUs"),
@@ -154,7 +165,7 @@ CALIBRATION: dict[str, tuple[tuple[str, str], ...]] = {
                            ("llmfoundry_mpt", "MPT-7b s1024 8 GPUs mb64 b1024")),
     "torchtitan (A100)": (("torchtitan_llama", "Llama-3-8B selective layer mb1"),
                           ("torchtitan_llama", "Llama-3-8B selective op mb1")),
-    "Megatron-DeepSpeed (BLOOM, Jean Zay)": (("bloom176b", "176B b16 iteration 3707"),),
+    BLOOM_SYSTEM: (("bloom176b", "176B b16 iteration 3707"),),
 }
 
 
@@ -339,7 +350,7 @@ def bloom_rows(table: pd.DataFrame) -> pd.DataFrame:
                   & ~table.notes.str.contains("slow node")]
     rows = []
     for r in timed.itertuples(index=False):
-        rows.append({"dataset": "bloom176b", "system": "Megatron-DeepSpeed (BLOOM, Jean Zay)",
+        rows.append({"dataset": "bloom176b", "system": BLOOM_SYSTEM,
                      "id": f"176B b{r.global_batch} iteration {int(r.iteration)}",
                      "layers": r.layers, "hidden": r.hidden, "heads": r.heads, "vocab": r.vocab,
                      "seq_len": r.seq_len, "position_embeddings": False, "dropout": False,
@@ -351,8 +362,28 @@ def bloom_rows(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def bloom_search_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """BLOOM's topology search of 2022-02-28: five model shapes, each under the layouts tried,
+    on the final run's software and cluster; the runs that ran out of memory are not timed
+    (the memory model's test checks them)."""
+    rows = []
+    for r in table[table.outcome == "ok"].itertuples(index=False):
+        rows.append({"dataset": "bloom176b_search", "system": BLOOM_SYSTEM,
+                     "id": f"{r.layers}x{r.hidden} h{r.heads} tp{r.tp} pp{r.pp} mb{r.micro_batch}",
+                     "layers": r.layers, "hidden": r.hidden, "heads": r.heads, "vocab": r.vocab,
+                     "seq_len": r.seq_len, "position_embeddings": False, "dropout": False,
+                     "network_gbps": BLOOM_NETWORK_GBPS, "network_busbw_gbps": BLOOM_BUSBW_GBPS,
+                     "gpus": r.gpus, "tp": r.tp, "pp": r.pp, "micro_batch": r.micro_batch,
+                     "first_stage_layers": r.first_stage_layers,
+                     "last_stage_layers": r.last_stage_layers,
+                     "global_batch": r.global_batch, "recompute": r.recompute,
+                     "iteration_time_s": r.iteration_time_s})
+    return pd.DataFrame(rows)
+
+
 ADAPTERS = {"narayanan": narayanan_rows, "h100": h100_rows, "korthikanti": korthikanti_rows,
-            "mpt": mpt_rows, "torchtitan": torchtitan_rows, "bloom": bloom_rows}
+            "mpt": mpt_rows, "torchtitan": torchtitan_rows, "bloom": bloom_rows,
+            "bloom_search": bloom_search_rows}
 
 
 def paper_rows(paper: dict[str, pd.DataFrame]) -> pd.DataFrame:
