@@ -18,6 +18,7 @@ from suite.scale.datasets import (
     CALIBRATION,
     GPT_175B,
     all_runs,
+    bloom_search_rows,
     korthikanti_rows,
     load_paper,
 )
@@ -419,8 +420,10 @@ def test_memory_by_hand():
     # moments (16 bytes / d) plus two gathered layers (weights and gradients, 2 bytes)
     z1 = memory(model, replace(lay, dp=4, global_batch=8, dp_mode="zero1"), A100_80GB)
     assert z1.optimizer == 12 * n / 4 and z1.gradients == 4 * n
-    assert memory(model, replace(lay, dp=4, global_batch=8, dp_mode="zero1_allreduce"),
-                  A100_80GB) == z1  # the same state, only the gradients' collective differs
+    # DeepSpeed's BF16 optimizer: zero1's state, and the bf16 gradients kept beside the fp32
+    bf16 = memory(model, replace(lay, dp=4, global_batch=8, dp_mode="zero1_allreduce"),
+                  A100_80GB)
+    assert bf16 == replace(z1, gradients=(4 + 2) * n)
     fsdp = memory(model, replace(lay, dp=4, global_batch=8, dp_mode="fsdp"), A100_80GB)
     unit = 2 * model.layer_params
     assert fsdp.weights + fsdp.gradients + fsdp.optimizer == pytest.approx(
@@ -445,6 +448,33 @@ def test_every_published_run_fits_and_torchtitans_peak_memory(runs, paper):
                      dp_mode="fsdp", loss="eager", recompute="full", recompute_fraction=0.5)
         mem = memory(LLAMA3_8B, lay, replace(A100_80GB, hbm_bytes=96 * GiB))
         assert mem.total / GiB == pytest.approx(float(r.memory_gib), rel=0.10)
+
+
+def _bloom_search_memory(paper) -> list[tuple[str, float, float, bool]]:
+    """(outcome, nvidia-smi GB, the model's GB, fits) of each layout of BLOOM's search."""
+    table = paper["bloom_search"]
+    frame = bloom_search_rows(table.assign(outcome="ok", iteration_time_s=1.0))
+    out = []
+    for r, run in zip(table.itertuples(), runs_from_frame(frame, "bloom")):
+        mem = memory(run.model, run.layout, run.hardware)
+        out.append((r.outcome, r.nvidia_smi_gb, mem.total / 1e9, mem.fits))
+    return out
+
+
+def test_blooms_nvidia_smi_bounds_the_memory_model(paper):
+    """nvidia-smi on BLOOM's first node also holds the allocator's cache, the CUDA context and
+    NCCL's buffers, so the model must stay under it; it counts 72-78% of it (11-20 GB less)."""
+    timed = [(smi, ours) for outcome, smi, ours, _ in _bloom_search_memory(paper)
+             if outcome == "ok"]
+    assert len(timed) == 17
+    assert all(0.7 * smi < ours < smi for smi, ours in timed), timed
+
+
+@pytest.mark.xfail(strict=True, reason="the memory model fits BLOOM's three out-of-memory "
+                   "layouts (issue 27's memory validation, not met)")
+def test_the_memory_model_marks_blooms_out_of_memory_layouts(paper):
+    oom = [fits for outcome, _, _, fits in _bloom_search_memory(paper) if outcome == "OOM"]
+    assert len(oom) == 3 and not any(oom)
 
 
 # --- the fit --------------------------------------------------------------------------------

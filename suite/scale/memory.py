@@ -3,7 +3,11 @@ layout that cannot fit is marked, not ranked.
 
 State per parameter (mixed-precision Adam): Megatron and DeepSpeed keep 2-byte weights, a
 ``grad_bytes`` gradient (4: fp32 main gradients) and 12 bytes of optimizer state (fp32 master
-weights, two fp32 moments); zero1 shards the 12 over DP, zero2 the gradients too. FSDP
+weights, two fp32 moments); zero1 shards the 12 over DP, zero2 the gradients too.
+zero1_allreduce (DeepSpeed's BF16 optimizer under its pipeline engine) also keeps the model's
+own 2-byte gradients beside the fp32 ones it accumulates into: the engine copies them over
+after each micro-batch's backward without freeing them (``PipelineEngine._exec_backward_pass``:
+``update_hp_grads(clear_lp_grads=False)``). FSDP
 (PyTorch's FlatParameter, FSDP2's DTensor) keeps the sharded parameters themselves in fp32 (the
 master copy: 4 bytes), their gradients (4) and the two moments (8), all over DP, plus the
 gathered 2-byte parameters and gradients of the unit in use and the one prefetched (two
@@ -42,6 +46,7 @@ from suite.scale.model import ModelConfig
 from suite.scale.step import stage_params
 
 OPTIMIZER_BYTES = 12
+BF16_GRAD_BYTES = 2  # zero1_allreduce: the model's bf16 gradients, kept
 RESERVE_BYTES = 2 * 1024 ** 3
 
 
@@ -103,6 +108,8 @@ def memory(model: ModelConfig, layout: Layout, hw: Hardware) -> Memory:
             optim /= d
         if layout.dp_mode in ("zero2", "fsdp"):
             grads /= d
+        if layout.dp_mode == "zero1_allreduce":
+            grads += BF16_GRAD_BYTES * params
         if layout.dp_mode == "fsdp":
             unit = 2 * model.layer_params / layout.tp  # two layers' parameters
             weights = 4 * params / d + 2 * unit
