@@ -576,6 +576,23 @@ def test_a_users_runs_take_the_papers_path(runs):
         user_system(mine, "mine", ids + ids[:1])
 
 
+def test_scale_table_cli_reads_the_published_datasets_unless_given(capsys, monkeypatch,
+                                                                     tmp_path, predictions):
+    monkeypatch.chdir(REPO_ROOT)  # --paper-dir defaults to results/paper
+    mine = tmp_path / "search.csv"
+    search = pd.read_csv(REPO_ROOT / "results/paper/bloom176b_topology_search.csv")
+    search.head(5).to_csv(mine, index=False)  # a role given: that file, the rest published
+    out = tmp_path / "table.csv"
+    assert main(["scale-table", "--paper", f"bloom_search={mine}", "--out", str(out)]) == 0
+    table = pd.read_csv(out)
+    counts = table.dataset.value_counts()
+    assert counts["bloom176b_search"] == 4  # its first five rows, one out of memory
+    assert len(table) == len(predictions) - 17 + 4
+    assert "calibration row '176B b16 iteration 3707'" in capsys.readouterr().err  # weak
+    assert main(["scale-table", "--paper-dir", str(tmp_path), "--out", str(out)]) == 2
+    assert "no bloom176b_training_log.csv for role 'bloom'" in capsys.readouterr().err
+
+
 def test_validate_cli(capsys, tmp_path):
     example = str(REPO_ROOT / "examples/scale/torchtitan_a100_runs.csv")
     cal = "Llama-3-8B selective layer mb1,Llama-3-8B selective op mb1"
