@@ -20,19 +20,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import pandas as pd
-
-    from suite.scale.datasets import PAPER_ROLES, validation_table
+    from suite.scale.datasets import PAPER_ROLES, load_paper, validation_table
     from suite.scale.validate import weak_calibration
 
-    paper = paper_tables("llm_scale", args.paper)
-    for role in sorted(set(PAPER_ROLES) - set(paper)):
-        path = args.paper_dir / PAPER_ROLES[role]
-        if not path.is_file():
-            raise ValueError(f"--paper-dir {args.paper_dir}: no {PAPER_ROLES[role]} for role "
-                             f"{role!r}; give it with --paper {role}=CSV")
-        paper[role] = pd.read_csv(path)
-    table = validation_table(paper)
+    given = paper_tables("llm_scale", args.paper)
+    missing = sorted(set(PAPER_ROLES) - set(given))
+    table = validation_table({**load_paper(args.paper_dir, missing), **given})
     for line in weak_calibration(table):
         print(f"warning: {line}", file=sys.stderr)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -129,6 +129,7 @@ runs (Llama 3 8B); BLOOM, its batch-16 run (one micro-batch per pipeline, before
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import pandas as pd
@@ -343,42 +344,38 @@ def torchtitan_rows(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _bloom_row(r, dataset: str, run_id: str, **layout) -> dict:
+    """What BLOOM's runs share: the tr11 architecture, Jean Zay's network as rated and as
+    measured, full recompute; ``layout`` adds what a table varies beyond its columns."""
+    return {"dataset": dataset, "system": BLOOM_SYSTEM, "id": run_id,
+            "layers": r.layers, "hidden": r.hidden, "heads": r.heads, "vocab": r.vocab,
+            "seq_len": r.seq_len, "position_embeddings": False, "dropout": False,
+            "network_gbps": BLOOM_NETWORK_GBPS, "network_busbw_gbps": BLOOM_BUSBW_GBPS,
+            "gpus": r.gpus, "tp": r.tp, "pp": r.pp, "micro_batch": r.micro_batch,
+            "global_batch": r.global_batch, "recompute": "full",
+            "iteration_time_s": r.iteration_time_s, **layout}
+
+
 def bloom_rows(table: pd.DataFrame) -> pd.DataFrame:
     """BLOOM-176B's logged iterations at full batch on healthy nodes, and the pre-launch
     measurement at batch 16 (one micro-batch per pipeline: mostly bubble)."""
     timed = table[table.iteration_time_s.notna() & (table.iteration_time_s != "")
                   & ~table.notes.str.contains("slow node")]
-    rows = []
-    for r in timed.itertuples(index=False):
-        rows.append({"dataset": "bloom176b", "system": BLOOM_SYSTEM,
-                     "id": f"176B b{r.global_batch} iteration {int(r.iteration)}",
-                     "layers": r.layers, "hidden": r.hidden, "heads": r.heads, "vocab": r.vocab,
-                     "seq_len": r.seq_len, "position_embeddings": False, "dropout": False,
-                     "network_gbps": BLOOM_NETWORK_GBPS, "network_busbw_gbps": BLOOM_BUSBW_GBPS,
-                     "gpus": r.gpus, "tp": r.tp, "pp": r.pp,
-                     "micro_batch": r.micro_batch,
-                     "global_batch": r.global_batch, "recompute": "full",
-                     "iteration_time_s": r.iteration_time_s})
-    return pd.DataFrame(rows)
+    return pd.DataFrame([_bloom_row(r, "bloom176b",
+                                    f"176B b{r.global_batch} iteration {int(r.iteration)}")
+                         for r in timed.itertuples(index=False)])
 
 
 def bloom_search_rows(table: pd.DataFrame) -> pd.DataFrame:
     """BLOOM's topology search of 2022-02-28: five model shapes, each under the layouts tried,
     on the final run's software and cluster; the runs that ran out of memory are not timed
     (the memory model's test checks them)."""
-    rows = []
-    for r in table[table.outcome == "ok"].itertuples(index=False):
-        rows.append({"dataset": "bloom176b_search", "system": BLOOM_SYSTEM,
-                     "id": f"{r.layers}x{r.hidden} h{r.heads} tp{r.tp} pp{r.pp} mb{r.micro_batch}",
-                     "layers": r.layers, "hidden": r.hidden, "heads": r.heads, "vocab": r.vocab,
-                     "seq_len": r.seq_len, "position_embeddings": False, "dropout": False,
-                     "network_gbps": BLOOM_NETWORK_GBPS, "network_busbw_gbps": BLOOM_BUSBW_GBPS,
-                     "gpus": r.gpus, "tp": r.tp, "pp": r.pp, "micro_batch": r.micro_batch,
-                     "first_stage_layers": r.first_stage_layers,
-                     "last_stage_layers": r.last_stage_layers,
-                     "global_batch": r.global_batch, "recompute": r.recompute,
-                     "iteration_time_s": r.iteration_time_s})
-    return pd.DataFrame(rows)
+    return pd.DataFrame([
+        _bloom_row(r, "bloom176b_search",
+                   f"{r.layers}x{r.hidden} h{r.heads} tp{r.tp} pp{r.pp} mb{r.micro_batch}",
+                   first_stage_layers=r.first_stage_layers,
+                   last_stage_layers=r.last_stage_layers, recompute=r.recompute)
+        for r in table[table.outcome == "ok"].itertuples(index=False)])
 
 
 ADAPTERS = {"narayanan": narayanan_rows, "h100": h100_rows, "korthikanti": korthikanti_rows,
@@ -402,9 +399,15 @@ def all_runs(paper: dict[str, pd.DataFrame]) -> list[Run]:
     return runs_from_frame(paper_rows(paper), "results/paper")
 
 
-def load_paper(paper_dir: Path) -> dict[str, pd.DataFrame]:
-    """Every dataset's CSV from a folder (``results/paper``)."""
-    return {role: pd.read_csv(Path(paper_dir) / name) for role, name in PAPER_ROLES.items()}
+def load_paper(paper_dir: Path, roles: Iterable[str] | None = None) -> dict[str, pd.DataFrame]:
+    """The datasets' CSVs (every role, or ``roles``) from a folder (``results/paper``)."""
+    out = {}
+    for role in PAPER_ROLES if roles is None else roles:
+        path = Path(paper_dir) / PAPER_ROLES[role]
+        if not path.is_file():
+            raise ValueError(f"{paper_dir}: no {PAPER_ROLES[role]} for role {role!r}")
+        out[role] = pd.read_csv(path)
+    return out
 
 
 def validation_table(paper: dict[str, pd.DataFrame]) -> pd.DataFrame:
