@@ -31,6 +31,8 @@ interleaved schedule (1 + (p - 1)/(p v)) times that (Korthikanti et al. Sec. 4.2
 stage also holds what its cross entropy keeps per logit (``suite.scale.layout.LOSS_KINDS``:
 6 bytes for Megatron's, 14 for eager PyTorch's on fp32-cast logits, 2 for a fused kernel).
 
+Each stage holds its own parameters (``suite.scale.step.stage_params``): the first also the
+embeddings, the last the output layer, so with a large vocabulary an end stage is the fullest.
 A layout fits when the largest stage's total is under the GPU's memory less ``RESERVE_BYTES``
 (the CUDA context, NCCL's buffers and the caching allocator's fragmentation: PyTorch's CUDA
 context takes 0.5-1 GB, NCCL a few hundred MB per communicator).
@@ -89,8 +91,8 @@ def layer_activation_bytes(model: ModelConfig, layout: Layout) -> tuple[float, f
     return stored, full
 
 
-def memory(model: ModelConfig, layout: Layout, hw: Hardware) -> Memory:
-    """The fullest stage's memory on one GPU."""
+def stage_memory(model: ModelConfig, layout: Layout, hw: Hardware) -> list[Memory]:
+    """Each stage's memory on one of its GPUs, first to last."""
     split = layout.stage_layers(model.layers)
     d = layout.dp
     stored, working = layer_activation_bytes(model, layout)
@@ -100,9 +102,8 @@ def memory(model: ModelConfig, layout: Layout, hw: Hardware) -> Memory:
     shard = layout.tp if layout.sequence_parallel else 1
     layer_input = layout.micro_batch * model.seq_len * 2 * model.hidden / shard
     per_layer = f * layer_input + (1 - f) * stored
-    best = None
-    for i, layers in enumerate(split):
-        params = stage_params(model, layout, layers)
+    stages = []
+    for i, (layers, params) in enumerate(zip(split, stage_params(model, layout))):
         weights, grads, optim = 2 * params, layout.grad_bytes * params, OPTIMIZER_BYTES * params
         if layout.shards_optimizer:
             optim /= d
@@ -122,7 +123,10 @@ def memory(model: ModelConfig, layout: Layout, hw: Hardware) -> Memory:
         if i == p - 1:
             acts += (LOSS_KINDS[layout.loss][1] * layout.micro_batch * model.seq_len
                      * model.vocab / layout.tp)
-        mem = Memory(i, weights, grads, optim, acts, hw.hbm_bytes - RESERVE_BYTES)
-        if best is None or mem.total > best.total:
-            best = mem
-    return best
+        stages.append(Memory(i, weights, grads, optim, acts, hw.hbm_bytes - RESERVE_BYTES))
+    return stages
+
+
+def memory(model: ModelConfig, layout: Layout, hw: Hardware) -> Memory:
+    """The fullest stage's memory on one GPU: whether the layout fits."""
+    return max(stage_memory(model, layout, hw), key=lambda m: m.total)

@@ -44,13 +44,15 @@ A stage's slot:
              x (1 + straggler ln nodes).
 The iteration:
   slots      m + (p-1)/v (interleaved 1F1B bubble) + (v-1)(p-r)/v when r = m mod p > 0.
-  DP         allreduce: ring all-reduce of the replica's gradients (grad_bytes) in buckets of
-             40M parameters; zero1/zero2: reduce-scatter of the gradients + all-gather of the
-             parameters (2 bytes), (d-1)/d each; zero1_allreduce: the all-reduce + the
-             all-gather; over NVLink inside a node, else the NICs the group's ranks of a node
-             share (min(r x NIC, NVLink, the measured busbw)); exposed = (1 - dp_overlap) of
-             it plus what of the overlapped part does not fit the window the schedule leaves
-             (one slot, plus the other v - 1 chunks of a group of min(m, p) micro-batches).
+  DP         of the stage holding the most parameters (``stage_params``: the end stages hold
+             the embeddings and the output layer besides their layers); allreduce: ring
+             all-reduce of its gradients (grad_bytes) in buckets of 40M parameters;
+             zero1/zero2: reduce-scatter of the gradients + all-gather of the parameters
+             (2 bytes), (d-1)/d each; zero1_allreduce: the all-reduce + the all-gather; over
+             NVLink inside a node, else the NICs the group's ranks of a node share
+             (min(r x NIC, NVLink, the measured busbw)); exposed = (1 - dp_overlap) of it plus
+             what of the overlapped part does not fit the window the schedule leaves (one
+             slot, plus the other v - 1 chunks of a group of min(m, p) micro-batches).
              fsdp: in the slots above.
   optimizer  Adam over the GPU's parameters (/ d when the optimizer state is sharded): 36 bytes
              of HBM traffic per parameter.
@@ -186,10 +188,23 @@ def dp_bandwidth(layout: Layout, hw: Hardware, ranks_per_node: int) -> float:
     return cross_node_rate(hw, ranks_per_node)
 
 
-def stage_params(model: ModelConfig, layout: Layout, layers: int) -> float:
-    """Parameters one GPU of a stage with ``layers`` layers holds before DP sharding; the
-    embeddings counted on every stage, spread (their share is small)."""
-    return (layers * model.layer_params + model.embedding_params / layout.pp) / layout.tp
+def stage_params(model: ModelConfig, layout: Layout) -> list[float]:
+    """Parameters one GPU of each stage holds before DP sharding, first to last: its layers; the
+    first stage also the word (and learned position) embeddings, the last the output layer
+    (when tied, its own copy of the word embedding, which DeepSpeed's and Megatron's pipelines
+    keep and update on both end stages) and the final norm; one stage holds each once."""
+    h = model.hidden
+    word = model.vocab * h
+    first = word + (model.seq_len * h if model.position_embeddings else 0)
+    last = model.embedding_params - first + (word if model.tied_embeddings else 0)
+    split = layout.stage_layers(model.layers)
+    counts = [n * model.layer_params for n in split]
+    if layout.pp == 1:
+        counts[0] += model.embedding_params
+    else:
+        counts[0] += first
+        counts[-1] += last
+    return [c / layout.tp for c in counts]
 
 
 def dp_bytes_per_iteration(model: ModelConfig, layout: Layout, local_params: float) -> float:
@@ -333,6 +348,7 @@ def stage_works(model: ModelConfig, layout: Layout, hw: Hardware,
         if terms.latency:
             pp += 2 * boundaries / layout.pp * (NCCL_BASE_LATENCY + hw.network_latency_s)
     works = []
+    params = stage_params(model, layout)
     for i, layers in enumerate(split):
         last = i == layout.pp - 1
         if not terms.stage_imbalance:  # the output layer's work spread over the stages
@@ -344,7 +360,7 @@ def stage_works(model: ModelConfig, layout: Layout, hw: Hardware,
         stage_flash = layers * flash
         fsdp = 0.0
         if layout.dp_mode == "fsdp" and layout.dp > 1:
-            local = stage_params(model, layout, layers)
+            local = params[i]
             per_node = dp_ranks_per_node(layout, hw) if terms.dp_nic_sharing else 1
             traffic = fsdp_bytes_per_microbatch(model, layout, local) / dp_bandwidth(
                 layout, hw, per_node)
@@ -374,7 +390,7 @@ def estimate(model: ModelConfig, hw: Hardware, layout: Layout,
         slots += uneven_bubble_slots(p, v, m)
     nodes = max(1, ceil(layout.gpus / hw.gpus_per_node))
     stretch = 1 + hw.straggler * log(nodes) if terms.straggler else 1.0
-    local = max(stage_params(model, layout, n) for n in layout.stage_layers(model.layers))
+    local = max(stage_params(model, layout))
     dp = 0.0
     if layout.dp > 1 and layout.dp_mode != "fsdp":
         per_node = dp_ranks_per_node(layout, hw) if terms.dp_nic_sharing else 1
