@@ -31,7 +31,7 @@ from suite.scale.layout import Layout
 from suite.scale.memory import RESERVE_BYTES, layer_activation_bytes, memory, stage_memory
 from suite.scale.model import Gemm, ModelConfig
 from suite.scale.runs import RunsError, read_runs, runs_from_frame
-from suite.scale.search import search
+from suite.scale.search import end_stage_splits, search
 from suite.scale.step import (
     ALL_TERMS,
     BREAKDOWN,
@@ -54,6 +54,7 @@ from suite.scale.step import (
 )
 from suite.scale.systems import SYSTEMS
 from suite.scale.validate import fit, predict, summarize, user_system, weak_calibration
+from suite.scale.whatif import search_as_text, search_report
 
 SMALL = ModelConfig(layers=4, hidden=8, heads=2, seq_len=16, vocab=100)
 HW = Hardware("test", peak_flops=1e12, nvlink_bw=1e9, network_bw=1e8, hbm_bw=1e12,
@@ -744,6 +745,12 @@ def test_what_if_cli(capsys):
     assert main(["scale-model", "--gpus", "1000", "--gemm-efficiency", "0.7",
                  "--straggler", "0"]) == 2
     assert "gpus=1000 is not a multiple of tp * pp = 64" in capsys.readouterr().err
+    # a split the search prints (ends 10/14: the middle six stages take 12 each)
+    assert main(args[:-1] + ["--first-stage-layers", "10", "--last-stage-layers", "14"]) == 0
+    assert "(v 2, ends 10/14)" in capsys.readouterr().out
+    assert main(args + ["--first-stage-layers", "11"]) == 2
+    assert "the other 85 of layers=96 do not split evenly over 7 middle" in \
+        capsys.readouterr().err
 
 
 def test_the_systems_overlaps_follow_recompute():
@@ -777,6 +784,28 @@ def test_search_ranks_layouts_that_fit(capsys):
     assert len(report["top"]) == 3 and report["layouts_considered"] > 100
     assert {r["layout"]["attention"] for r in report["top"]} == {"flash"}
     assert report["top"][0]["iteration_time_s"] <= report["top"][2]["iteration_time_s"]
+
+
+def test_the_search_tries_lighter_end_stages():
+    """The end stages hold the embedding and the output layer, so the search also tries splits
+    that give them fewer layers; with BLOOM's 250k vocabulary one wins: its last stage, 4 layers
+    and the output GEMM, is no longer the slowest."""
+    assert end_stage_splits(70, 12) == [(None, None), (6, 4), (5, 5), (4, 6)]
+    assert end_stage_splits(80, 8) == [(None, None)]  # no lighter ends leave an even middle
+    assert end_stage_splits(7, 2) == [(None, None), (3, 4)]  # (4, 3) is the uniform split
+    assert end_stage_splits(70, 1) == [(None, None)]
+    hw = replace(A100_80GB, gemm_efficiency=0.7)
+    bloom = ModelConfig(layers=70, hidden=14336, heads=112, seq_len=2048, vocab=250880,
+                        position_embeddings=False, dropout=False)
+    result = search(bloom, 384, 2048, hw, SYSTEMS["Megatron-LM"], attention=("fused_softmax",),
+                    dp_modes=("zero1",))
+    best = result.ranked[0]
+    ends = (best.layout.first_stage_layers, best.layout.last_stage_layers)
+    assert ends != (None, None)
+    uniform = replace(best.layout, first_stage_layers=None, last_stage_layers=None)
+    assert estimate(bloom, hw, uniform).iteration_time_s > best.estimate.iteration_time_s
+    report = search_report(bloom, hw, result, "Megatron-LM", "given", top=1)
+    assert f"ends {ends[0]}/{ends[1]})" in search_as_text(report)
 
 
 # --- the peer -------------------------------------------------------------------------------

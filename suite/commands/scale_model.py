@@ -42,6 +42,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     layout = whatif.add_argument_group("layout (what-if; --search enumerates these)")
     for name, default in LAYOUT_INTS:
         layout.add_argument(f"--{name}", type=int, default=default, help=f"(default {default})")
+    for end in ("first", "last"):
+        layout.add_argument(f"--{end}-stage-layers", type=int, metavar="N",
+                            help=f"layers of the {end} pipeline stage, the middle ones sharing "
+                                 "the rest evenly (default: DeepSpeed's uniform split)")
     layout.add_argument("--recompute", choices=RECOMPUTE, default="none")
     layout.add_argument("--sequence-parallel", action="store_true")
     layout.add_argument("--attention", choices=ATTENTION, help="default: the system's")
@@ -121,7 +125,9 @@ def run(args: argparse.Namespace) -> int:
     layout = Layout(tp=args.tp, pp=args.pp, dp=args.gpus // (args.tp * args.pp),
                     micro_batch=args.micro_batch, global_batch=args.global_batch,
                     virtual_stages=args.vp, recompute=args.recompute,
-                    sequence_parallel=args.sequence_parallel, **settings)
+                    sequence_parallel=args.sequence_parallel,
+                    first_stage_layers=args.first_stage_layers,
+                    last_stage_layers=args.last_stage_layers, **settings)
     result = what_if(model, hw, layout, args.system, fitted_on)
     print(json.dumps(result, indent=1) if args.json else as_text(result))
     return 0

@@ -68,7 +68,10 @@ def search_report(model: ModelConfig, hw: Hardware, result: SearchResult, system
 def _layout_line(lay: dict[str, Any]) -> str:
     recompute = lay["recompute"] + ("" if lay["recompute_fraction"] == 1 else
                                     f" x{lay['recompute_fraction']:g}")
-    return (f"TP {lay['tp']} x PP {lay['pp']} (v {lay['virtual_stages']}) x DP {lay['dp']}, "
+    ends = lay["first_stage_layers"], lay["last_stage_layers"]
+    split = "" if ends == (None, None) else \
+        f", ends {'/'.join('-' if n is None else str(n) for n in ends)}"
+    return (f"TP {lay['tp']} x PP {lay['pp']} (v {lay['virtual_stages']}{split}) x DP {lay['dp']}, "
             f"micro-batch {lay['micro_batch']}, recompute {recompute}, "
             f"SP {'on' if lay['sequence_parallel'] else 'off'}, {lay['attention']}, "
             f"{lay['dp_mode']}")
