@@ -53,6 +53,12 @@ def test_the_rehearsal_runs_every_step_and_leaves_records_the_report_reads(tmp_p
     assert all(p["ms_per_layer"] > 0 < p["model_ms_per_layer"] for p in layer["points"])
     assert layer["model"]["r"] > 0.99 and "intercept_ms" in layer["measured"]
 
+    memory = json.loads((out / "activation_memory.json").read_text())
+    assert [(p["recompute"], p["batch"]) for p in memory["points"]] == [
+        ("none", 1), ("none", 2), ("full", 1), ("full", 2)]
+    assert memory["saved_over_model_median"] == pytest.approx(1.0, abs=0.01)
+    assert memory["unavailable"] == "the caching allocator's statistics need CUDA"
+
     with tarfile.open(out / "results.tar.gz") as tar:
         tar.extractall(tmp_path / "results", filter="data")
     (machine,) = (tmp_path / "results").iterdir()  # this machine's name, as the workflow's

@@ -441,6 +441,35 @@ def test_activation_memory_is_korthikantis_on_their_case():
     assert sel == pytest.approx(s * b * h * 34 / t)
 
 
+@pytest.mark.parametrize("kv_heads", [None, 2])
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+def test_the_activation_term_is_what_autograd_keeps(kv_heads, recompute):
+    """The reference GPT block on its fused path (SDPA's flash kernel, fused LayerNorm and
+    bias-GELU, no dropout) in bf16, MHA and GQA: the bytes autograd saves for its backward are
+    the memory model's stored activations (full recompute: the block's input alone) within
+    0.5%; what it leaves out is fp32 per-row statistics (the norms' mean and rstd)."""
+    import torch
+
+    from reference_impl.configs import GPTConfig
+    from reference_impl.gpt import Block
+    from suite.scale.probe import saved_activation_bytes
+
+    b, s, h, heads = 2, 256, 256, 4
+    cfg = GPTConfig(n_layer=1, n_embd=h, n_head=heads, n_kv_head=kv_heads, block_size=s,
+                    checkpointing=recompute)
+    torch.manual_seed(0)
+    block = Block(cfg).to(torch.bfloat16)
+    x = torch.randn(b, s, h, dtype=torch.bfloat16, requires_grad=True)
+    kept = saved_activation_bytes(block, x)
+    model = ModelConfig(layers=1, hidden=h, heads=heads, kv_heads=kv_heads or heads, seq_len=s,
+                        vocab=100, dropout=False)
+    lay = Layout(tp=1, pp=1, dp=1, micro_batch=b, global_batch=b, attention="flash2",
+                 recompute=recompute)
+    stored, _ = layer_activation_bytes(model, lay)
+    expected = b * s * 2 * h if recompute == "full" else stored
+    assert kept == pytest.approx(expected, rel=0.005)
+
+
 def test_memory_by_hand():
     """A small model, one GPU: 2-byte weights, 4-byte gradients, 12 bytes of Adam, the
     activations of one micro-batch and the logits' 6 bytes (Megatron's loss)."""

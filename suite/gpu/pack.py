@@ -32,6 +32,9 @@ the workflow writes them), each step's outcome and time in ``steps.json``:
   layer_intercept  GPT blocks timed forward + backward at 1 to 16 sequences: the fixed time a
              layer costs per micro-batch (the intercept of time against tokens), which the
              scale model does not have
+  activation_memory  the same blocks' activations as autograd keeps them beside the memory
+             model's term, and the caching allocator's reserved over allocated peak (what the
+             model leaves to its fixed reserve), without and with full recompute
 
 A step that would start past the time budget is recorded as skipped. Records go under
 ``<machine>/...`` (the workflow's layout and machine name, e.g. ``1x-nvidia-h200``), packed into
@@ -119,7 +122,8 @@ REHEARSAL = Sizes(
            "attention_lengths": (16, 32), "attention_check_len": 16,
            "overlap_ctas": (2,),
            "layer_intercept": {"layers": 1, "hidden": 32, "heads": 2, "seq": 16,
-                               "batches": (1, 2, 4)}},
+                               "batches": (1, 2, 4)},
+           "memory_batches": (1, 2)},
 )
 
 

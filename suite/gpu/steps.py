@@ -572,8 +572,82 @@ def layer_intercept(pack) -> dict[str, Any]:
             **({"status": "failed"} if not correct else {})}
 
 
+def activation_memory(pack) -> dict[str, Any]:
+    """What the memory model counts and what it leaves to ``RESERVE_BYTES``, on the GPU: a stack
+    of GPT blocks (layer_intercept's sizes, bf16, the fused path) run forward + backward at 1 to
+    8 sequences without and with full recompute; the bytes autograd saves for the backward
+    (``suite.scale.probe.saved_activation_bytes``) beside the model's activation term, and the
+    CUDA caching allocator's peak allocated and reserved bytes over the step (reserved over
+    allocated: the cache the model does not count, which BLOOM's nvidia-smi readings hold)
+    -> OUT/activation_memory.json."""
+    import torch
+
+    from reference_impl.configs import GPTConfig
+    from reference_impl.gpt import Block
+    from suite.scale.layout import Layout
+    from suite.scale.memory import layer_activation_bytes
+    from suite.scale.model import ModelConfig
+    from suite.scale.probe import saved_activation_bytes
+
+    sizes = pack.sizes.extra.get("layer_intercept", {"layers": 4, "hidden": 2048, "heads": 16,
+                                                     "seq": 1024})
+    batches = pack.sizes.extra.get("memory_batches", (1, 2, 4, 8))
+    device = torch.device(pack.sizes.device)
+    cuda = device.type == "cuda"
+    shape = ModelConfig(layers=sizes["layers"], hidden=sizes["hidden"], heads=sizes["heads"],
+                        seq_len=sizes["seq"], vocab=100, dropout=False)
+    rows = []
+    for recompute in ("none", "full"):
+        cfg = GPTConfig(n_layer=sizes["layers"], n_embd=sizes["hidden"], n_head=sizes["heads"],
+                        block_size=sizes["seq"], checkpointing=recompute)
+        torch.manual_seed(0)
+        blocks = torch.nn.Sequential(*[Block(cfg) for _ in range(cfg.n_layer)]).to(
+            device, torch.bfloat16)
+        for batch in batches:
+            x = torch.randn(batch, sizes["seq"], cfg.n_embd, device=device,
+                            dtype=torch.bfloat16, requires_grad=True)
+            layout = Layout(tp=1, pp=1, dp=1, micro_batch=batch, global_batch=batch,
+                            attention="flash2", recompute=recompute)
+            stored, working = layer_activation_bytes(shape, layout)
+            layer_input = batch * sizes["seq"] * 2 * sizes["hidden"]
+            # kept through the forward; full recompute rebuilds one layer's ``working`` set
+            # in the backward on top (the model counts it; autograd's hooks do not see it)
+            row = {"recompute": recompute, "batch": batch,
+                   "model_bytes": cfg.n_layer * (layer_input if recompute == "full" else stored),
+                   "model_recompute_bytes": working if recompute == "full" else 0,
+                   "saved_bytes": saved_activation_bytes(blocks, x)}
+            if cuda:
+                torch.cuda.synchronize(device)
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats(device)
+                base = torch.cuda.memory_allocated(device)
+                y = blocks(x)
+                row["held_after_forward_bytes"] = torch.cuda.memory_allocated(device) - base
+                y.backward(torch.ones_like(y))
+                torch.cuda.synchronize(device)
+                row["peak_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
+                row["peak_reserved_bytes"] = torch.cuda.max_memory_reserved(device)
+                row["base_allocated_bytes"] = base
+                del y
+            x.grad = None
+            blocks.zero_grad(set_to_none=True)
+            rows.append(row)
+    ratios = sorted(r["saved_bytes"] / r["model_bytes"] for r in rows)
+    report = {**sizes, "batches": list(batches), "points": rows,
+              "saved_over_model_median": ratios[len(ratios) // 2]}
+    if cuda:
+        cache = sorted(r["peak_reserved_bytes"] / r["peak_allocated_bytes"] for r in rows)
+        report["reserved_over_allocated_median"] = cache[len(cache) // 2]
+    else:
+        report["unavailable"] = "the caching allocator's statistics need CUDA"
+    (pack.out / "activation_memory.json").write_text(json.dumps(report, indent=1))
+    return {k: report[k] for k in ("saved_over_model_median", "reserved_over_allocated_median")
+            if k in report}
+
+
 # serving before the scale model's probes: the first H200 run measured those, and not serving
 STEPS = (("env", env), ("kernels", kernels), ("tune", tune), ("peak", peak), ("mha", mha),
          ("bert", bert), ("gpt", gpt), ("serving", serving), ("ladder", ladder),
          ("attention_kernels", attention_kernels), ("gemm_shapes", gemm_shapes),
-         ("overlap_interference", overlap_interference), ("layer_intercept", layer_intercept))
+         ("overlap_interference", overlap_interference), ("layer_intercept", layer_intercept),
+         ("activation_memory", activation_memory))

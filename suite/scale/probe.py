@@ -2,7 +2,9 @@
 layer GEMMs (forward, input and weight gradient) of published runs, and what the model says of
 each. If the shape term is right, measured / peak divided by the predicted tile-and-K
 efficiency is one number for every shape (the fitted ceiling); its spread across shapes is the
-error the term leaves (``seedbench gpu-check``'s gemm_shapes step)."""
+error the term leaves (``seedbench gpu-check``'s gemm_shapes step). Also what a block's autograd
+keeps for its backward, the memory model's activation term measured (the activation_memory
+step, and a CPU test)."""
 
 from __future__ import annotations
 
@@ -79,3 +81,24 @@ def attention_summary(rows: list[dict], hw: Hardware) -> dict:
             pass_: sorted(r[f"{pass_}_fraction_of_peak"] for r in timed)[len(timed) // 2]
             for pass_ in ("forward", "backward")}
     return out
+
+
+def saved_activation_bytes(module, *inputs) -> int:
+    """Bytes autograd keeps for the backward of ``module(*inputs)``: every tensor saved for
+    backward, each storage counted once (views share one), the module's parameters left out.
+    What the memory model's activation term (``suite.scale.memory.layer_activation_bytes``)
+    claims to count, measured on any device."""
+    import torch
+
+    weights = {p.untyped_storage().data_ptr() for p in module.parameters()}
+    kept: dict[int, int] = {}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in weights:
+            kept[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        module(*inputs)
+    return sum(kept.values())
