@@ -769,6 +769,9 @@ def test_what_if_cli(capsys):
     assert out["gpu"] == "H200" and out["gemm_efficiency"] == 0.7
     assert sum(out["breakdown_s"].values()) == pytest.approx(out["iteration_time_s"])
     assert 0 < out["mfu_percent"] < out["hfu_percent"] < 100 and out["fits"]
+    by_stage = out["memory_by_stage_gib"]  # the fullest stage is the one that must fit
+    assert len(by_stage) == 8 and out["memory_gib"] == by_stage[out["memory_stage"]] == \
+        max(by_stage)
     assert main(args[:-1]) == 0
     assert "iteration time" in capsys.readouterr().out
     assert main(["scale-model", "--gpus", "1000", "--gemm-efficiency", "0.7",
@@ -776,7 +779,8 @@ def test_what_if_cli(capsys):
     assert "gpus=1000 is not a multiple of tp * pp = 64" in capsys.readouterr().err
     # a split the search prints (ends 10/14: the middle six stages take 12 each)
     assert main(args[:-1] + ["--first-stage-layers", "10", "--last-stage-layers", "14"]) == 0
-    assert "(v 2, ends 10/14)" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "(v 2, ends 10/14)" in text and "usable on stage 7 (first stage" in text
     assert main(args + ["--first-stage-layers", "11"]) == 2
     assert "the other 85 of layers=96 do not split evenly over 7 middle" in \
         capsys.readouterr().err

@@ -11,7 +11,7 @@ from typing import Any
 from suite.scale.datasets import CALIBRATION, all_runs, load_paper
 from suite.scale.hardware import Hardware, preset
 from suite.scale.layout import Layout
-from suite.scale.memory import memory
+from suite.scale.memory import stage_memory
 from suite.scale.model import ModelConfig
 from suite.scale.search import SearchResult
 from suite.scale.step import estimate
@@ -39,11 +39,13 @@ def fitted_hardware(gpu: str, system: str, gemm_efficiency: float | None,
 
 
 def _result(model: ModelConfig, hw: Hardware, layout: Layout) -> dict[str, Any]:
-    est, mem = estimate(model, hw, layout), memory(model, layout, hw)
+    est, stages = estimate(model, hw, layout), stage_memory(model, layout, hw)
+    mem = max(stages, key=lambda m: m.total)
     return {"layout": asdict(layout), "micro_batches": layout.micro_batches,
             "iteration_time_s": est.iteration_time_s, "tokens_per_s": est.tokens_per_s,
             "mfu_percent": 100 * est.mfu, "hfu_percent": 100 * est.hfu,
             "memory_gib": mem.total / 2 ** 30, "memory_capacity_gib": mem.capacity / 2 ** 30,
+            "memory_stage": mem.stage, "memory_by_stage_gib": [m.total / 2 ** 30 for m in stages],
             "fits": mem.fits, "breakdown_s": est.breakdown}
 
 
@@ -88,7 +90,10 @@ def as_text(result: dict[str, Any]) -> str:
              f"MFU             {result['mfu_percent']:.1f}%  (HFU {result['hfu_percent']:.1f}%; "
              f"peak: the {result['gpu']} datasheet's dense bf16)",
              f"memory          {result['memory_gib']:.1f} GiB of "
-             f"{result['memory_capacity_gib']:.1f} usable"
+             f"{result['memory_capacity_gib']:.1f} usable on stage {result['memory_stage']}"
+             + (f" (first stage {result['memory_by_stage_gib'][0]:.1f}, last "
+                f"{result['memory_by_stage_gib'][-1]:.1f})"
+                if len(result["memory_by_stage_gib"]) > 1 else "")
              + ("" if result["fits"] else "  DOES NOT FIT")]
     total = result["iteration_time_s"]
     for name, seconds in result["breakdown_s"].items():
