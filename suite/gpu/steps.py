@@ -508,6 +508,10 @@ def _statuses(statuses: dict[str, str]) -> dict[str, Any]:
     return {"records": statuses, **({"status": "failed"} if bad else {})}
 
 
+# layer_intercept's and activation_memory's GPT blocks on the GPU (the gpt step's width)
+LAYER_SIZES = {"layers": 4, "hidden": 2048, "heads": 16, "seq": 1024, "batches": (1, 2, 4, 8, 16)}
+
+
 def layer_intercept(pack) -> dict[str, Any]:
     """Whether a layer costs a fixed time per micro-batch, which the scale model does not have
     (its layer time grows with the tokens, bar tile and wave quantization): a stack of GPT
@@ -524,8 +528,7 @@ def layer_intercept(pack) -> dict[str, Any]:
     from suite.scale.model import ModelConfig
     from suite.scale.step import layer_seconds
 
-    sizes = pack.sizes.extra.get("layer_intercept", {"layers": 4, "hidden": 2048, "heads": 16,
-                                                     "seq": 1024, "batches": (1, 2, 4, 8, 16)})
+    sizes = pack.sizes.extra.get("layer_intercept", LAYER_SIZES)
     device = torch.device(pack.sizes.device)
     dtype, hw, _ = _probe_runs(pack)
     cfg = GPTConfig(n_layer=sizes["layers"], n_embd=sizes["hidden"], n_head=sizes["heads"],
@@ -585,12 +588,11 @@ def activation_memory(pack) -> dict[str, Any]:
     from reference_impl.configs import GPTConfig
     from reference_impl.gpt import Block
     from suite.scale.layout import Layout
-    from suite.scale.memory import layer_activation_bytes
+    from suite.scale.memory import kept_per_layer, layer_activation_bytes
     from suite.scale.model import ModelConfig
     from suite.scale.probe import saved_activation_bytes
 
-    sizes = pack.sizes.extra.get("layer_intercept", {"layers": 4, "hidden": 2048, "heads": 16,
-                                                     "seq": 1024})
+    sizes = pack.sizes.extra.get("layer_intercept", LAYER_SIZES)
     batches = pack.sizes.extra.get("memory_batches", (1, 2, 4, 8))
     device = torch.device(pack.sizes.device)
     cuda = device.type == "cuda"
@@ -608,12 +610,11 @@ def activation_memory(pack) -> dict[str, Any]:
                             dtype=torch.bfloat16, requires_grad=True)
             layout = Layout(tp=1, pp=1, dp=1, micro_batch=batch, global_batch=batch,
                             attention="flash2", recompute=recompute)
-            stored, working = layer_activation_bytes(shape, layout)
-            layer_input = batch * sizes["seq"] * 2 * sizes["hidden"]
+            _, working = layer_activation_bytes(shape, layout)
             # kept through the forward; full recompute rebuilds one layer's ``working`` set
             # in the backward on top (the model counts it; autograd's hooks do not see it)
             row = {"recompute": recompute, "batch": batch,
-                   "model_bytes": cfg.n_layer * (layer_input if recompute == "full" else stored),
+                   "model_bytes": cfg.n_layer * kept_per_layer(shape, layout),
                    "model_recompute_bytes": working if recompute == "full" else 0,
                    "saved_bytes": saved_activation_bytes(blocks, x)}
             if cuda:

@@ -91,17 +91,26 @@ def layer_activation_bytes(model: ModelConfig, layout: Layout) -> tuple[float, f
     return stored, full
 
 
+def kept_per_layer(model: ModelConfig, layout: Layout) -> float:
+    """Bytes a layer keeps through the forward for its backward, per micro-batch, under the
+    layout's recompute: its input alone on the layers full recompute covers, the stored
+    activations on the others."""
+    stored, _ = layer_activation_bytes(model, layout)
+    shard = layout.tp if layout.sequence_parallel else 1
+    layer_input = layout.micro_batch * model.seq_len * 2 * model.hidden / shard
+    f = layout.full_recompute
+    return f * layer_input + (1 - f) * stored
+
+
 def stage_memory(model: ModelConfig, layout: Layout, hw: Hardware) -> list[Memory]:
     """Each stage's memory on one of its GPUs, first to last."""
     split = layout.stage_layers(model.layers)
     d = layout.dp
-    stored, working = layer_activation_bytes(model, layout)
+    _, working = layer_activation_bytes(model, layout)
     p, v, m = layout.pp, layout.virtual_stages, layout.micro_batches
     in_flight = min(m, p) * (1 + (p - 1) / (p * v) if v > 1 else 1)
     f = layout.full_recompute
-    shard = layout.tp if layout.sequence_parallel else 1
-    layer_input = layout.micro_batch * model.seq_len * 2 * model.hidden / shard
-    per_layer = f * layer_input + (1 - f) * stored
+    per_layer = kept_per_layer(model, layout)
     stages = []
     for i, (layers, params) in enumerate(zip(split, stage_params(model, layout))):
         weights, grads, optim = 2 * params, layout.grad_bytes * params, OPTIMIZER_BYTES * params
@@ -127,6 +136,11 @@ def stage_memory(model: ModelConfig, layout: Layout, hw: Hardware) -> list[Memor
     return stages
 
 
+def fullest(stages: list[Memory]) -> Memory:
+    """The stage whose memory decides whether the layout fits."""
+    return max(stages, key=lambda m: m.total)
+
+
 def memory(model: ModelConfig, layout: Layout, hw: Hardware) -> Memory:
     """The fullest stage's memory on one GPU: whether the layout fits."""
-    return max(stage_memory(model, layout, hw), key=lambda m: m.total)
+    return fullest(stage_memory(model, layout, hw))

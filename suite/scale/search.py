@@ -54,17 +54,20 @@ def end_stage_splits(layers: int, pp: int) -> list[tuple[int | None, int | None]
     share the rest evenly (Megatron's ``--decoder-first/last-pipeline-num-layers``; its
     ``--account-for-embedding-in-pipeline-split`` with ``--account-for-loss-in-pipeline-split``,
     and DeepSpeed's ``type:transformer|embedding``, are (1, 1))."""
-    uniform = Layout(tp=1, pp=pp, dp=1, micro_batch=1, global_batch=1).stage_layers(layers)
+    def split(first: int | None = None, last: int | None = None) -> list[int]:
+        return Layout(tp=1, pp=pp, dp=1, micro_batch=1, global_batch=1,
+                      first_stage_layers=first, last_stage_layers=last).stage_layers(layers)
+
     splits: list[tuple[int | None, int | None]] = [(None, None)]
-    seen = [uniform]
+    seen = [split()]
     for d_first, d_last in product(range(3), repeat=2):
         share, rest = divmod(layers + d_first + d_last, pp)
         if pp == 1 or rest or share - max(d_first, d_last) < 1:
             continue
         ends = (share - d_first, share - d_last)
-        split = [ends[0]] + [share] * (pp - 2) + [ends[1]]
-        if split not in seen:
-            seen.append(split)
+        layers_of_stages = split(*ends)
+        if layers_of_stages not in seen:
+            seen.append(layers_of_stages)
             splits.append(ends)
     return splits
 

@@ -11,7 +11,7 @@ from typing import Any
 from suite.scale.datasets import CALIBRATION, all_runs, load_paper
 from suite.scale.hardware import Hardware, preset
 from suite.scale.layout import Layout
-from suite.scale.memory import stage_memory
+from suite.scale.memory import fullest, stage_memory
 from suite.scale.model import ModelConfig
 from suite.scale.search import SearchResult
 from suite.scale.step import estimate
@@ -40,7 +40,7 @@ def fitted_hardware(gpu: str, system: str, gemm_efficiency: float | None,
 
 def _result(model: ModelConfig, hw: Hardware, layout: Layout) -> dict[str, Any]:
     est, stages = estimate(model, hw, layout), stage_memory(model, layout, hw)
-    mem = max(stages, key=lambda m: m.total)
+    mem = fullest(stages)
     return {"layout": asdict(layout), "micro_batches": layout.micro_batches,
             "iteration_time_s": est.iteration_time_s, "tokens_per_s": est.tokens_per_s,
             "mfu_percent": 100 * est.mfu, "hfu_percent": 100 * est.hfu,
