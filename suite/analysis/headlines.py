@@ -139,6 +139,8 @@ def llm_loss_gap(inputs: AnalysisInputs) -> Headline | None:
 def llm_scale_error(inputs: AnalysisInputs) -> Headline | None:
     t = inputs.table
     held = t[~t.calibration.astype(bool) & t.iteration_time_rel_error.notna()]
+    if "timed" in held:  # rows that timed one layer are not iterations (tables before it lack it)
+        held = held[held.timed == "iteration"]
     if held.empty:
         return None
     return Headline("mean |iteration time error| on held-out rows",

@@ -19,6 +19,9 @@ DATASET_NAMES = {"megascale_table2": "MegaScale Table 2 (175B)",
                  "torchtitan_llama": "torchtitan Llama (FSDP2)",
                  "bloom176b": "BLOOM-176B log", "bloom176b_search": "BLOOM topology search"}
 DATASET_COLORS = dict(zip(DATASET_NAMES, (f"C{i}" for i in range(10))))
+# Table 4 of the same paper: one layer timed; its errors beside Table 5's, in Table 5's colour
+DATASET_NAMES["korthikanti2022_layers"] = "Korthikanti 2022 Table 4 (one layer)"
+DATASET_COLORS["korthikanti2022_layers"] = DATASET_COLORS["korthikanti2022"]
 BREAKDOWN = [("gemm_s", "GEMMs", "tab:blue"), ("attention_s", "flash attention", "tab:cyan"),
              ("memory_s", "memory-bound", "tab:green"), ("bubble_s", "bubble", "tab:gray"),
              ("tp_exposed_s", "TP", "tab:orange"), ("pp_exposed_s", "PP", "tab:brown"),
@@ -37,6 +40,8 @@ def scale_figure(data: FigureData, out: Path) -> list[Path]:
     fig, axes = plt.subplots(1, 3, figsize=(17, 4.8), constrained_layout=True,
                              gridspec_kw={"width_ratios": [1, 1.4, 1]})
     timed = table[table.paper_iteration_time_s.notna()]
+    if "timed" in timed:  # rows that timed one layer are not iterations
+        timed = timed[timed.timed == "iteration"]
     ax = axes[0]
     for i, (dataset, g) in enumerate(timed.groupby("dataset", sort=False)):
         color = DATASET_COLORS.get(dataset, "k")

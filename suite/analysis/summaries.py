@@ -22,7 +22,7 @@ def llm_scale(inputs: AnalysisInputs) -> str:
     for r in summarize(table).itertuples():
         part = f"{r.dataset} / {r.system} ({r.runs} runs): "
         if pd.notna(r.time_mean_abs_pct):
-            part += (f"iteration time off by {r.time_mean_abs_pct:.1f}% on average "
+            part += (f"{r.timed} time off by {r.time_mean_abs_pct:.1f}% on average "
                      f"(max {r.time_max_abs_pct:.1f}%, signed mean {r.time_mean_signed_pct:+.1f}%)")
             kinds = by_recompute[(by_recompute.dataset == r.dataset)
                                  & (by_recompute.system == r.system)]

@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     if args.gpus % (args.tp * args.pp):
         raise ValueError(f"gpus={args.gpus} is not a multiple of tp * pp = {args.tp * args.pp}")
     full = 1.0 if args.recompute == "full" else 0.0
-    settings = spec.layout_defaults(args.vp, full)
+    settings = spec.layout_defaults(args.vp, full, args.sequence_parallel)
     settings.update({k: v for k, v in (("attention", args.attention), ("dp_mode", args.dp_mode),
                                         ("loss", args.loss)) if v is not None})
     layout = Layout(tp=args.tp, pp=args.pp, dp=args.gpus // (args.tp * args.pp),

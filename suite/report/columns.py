@@ -72,8 +72,8 @@ SCALE_COLUMNS: list[Column] = [
                          f"mb {r['micro_batch']}, recompute {r['recompute']}"
                          + (", SP" if r.get("sequence_parallel") else "")
                          + f", {r['attention']}, {r['dp_mode']}"),
-    ("paper s/iter", _num("paper_iteration_time_s", ".2f")),
-    ("model s/iter", _num("predicted_iteration_time_s", ".2f")),
+    ("paper s (iteration or one layer)", _num("paper_iteration_time_s", ".4g")),
+    ("model s", _num("predicted_iteration_time_s", ".4g")),
     ("time error", lambda r: fmt(100 * r["iteration_time_rel_error"]
                                   if r.get("iteration_time_rel_error") is not None else None,
                                   "+.1f") + "%"),

@@ -5,11 +5,18 @@ Two rows of one model and layout at different DP sizes (a scaling pair) fit both
 reproduces both rows. Where that needs a negative straggler, or the rows are two models or
 layouts (whose difference is not only scale), the straggler is 0 and the efficiency minimises the
 rows' squared relative errors (exact for one row).
+
+A row is an iteration's time, or one layer's (``Row.timed == "layer"``: forward, backward and
+recompute of one layer on its TP group, ``step.timed_layer_seconds``). A layer time fits the
+ceiling on what the ceiling describes, the layer's GEMMs, without the step's costs outside the
+layers that the model prices only in part (optimizer, embeddings, the framework's fixed costs);
+it cannot fit a straggler.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import NamedTuple
 
 from scipy.optimize import brentq, minimize_scalar
 
@@ -17,27 +24,46 @@ from suite.scale.checks import check_positive
 from suite.scale.hardware import Hardware
 from suite.scale.layout import Layout
 from suite.scale.model import ModelConfig
-from suite.scale.step import ALL_TERMS, Terms, estimate
+from suite.scale.step import ALL_TERMS, Terms, estimate, timed_layer_seconds
 
-Row = tuple[ModelConfig, Layout, Hardware, float]  # model, layout, hardware, iteration time
+TIMED = ("iteration", "layer")
+
+
+class Row(NamedTuple):
+    """One calibration row: what ran, and the measured seconds of what ``timed`` names."""
+    model: ModelConfig
+    layout: Layout
+    hw: Hardware
+    time: float
+    timed: str = "iteration"
+
+
+def modelled_seconds(model: ModelConfig, hw: Hardware, layout: Layout, terms: Terms = ALL_TERMS,
+                     timed: str = "iteration") -> float:
+    """The model's seconds of what a row timed: the iteration, or one layer."""
+    if timed == "iteration":
+        return estimate(model, hw, layout, terms).iteration_time_s
+    if timed == "layer":
+        return timed_layer_seconds(model, layout, hw, terms)
+    raise ValueError(f"timed={timed!r}; valid: {list(TIMED)}")
 
 
 def fit_efficiency(model: ModelConfig, hw: Hardware, layout: Layout, iteration_time_s: float,
-                   terms: Terms = ALL_TERMS) -> float:
-    """The ceiling at which ``estimate`` gives the measured time (straggler held): time falls
+                   terms: Terms = ALL_TERMS, timed: str = "iteration") -> float:
+    """The ceiling at which the model gives the measured time (straggler held): time falls
     monotonically as the ceiling rises, so a root search on (0, 1] finds it."""
     check_positive("iteration_time_s", iteration_time_s)
 
     def gap(eff: float) -> float:
-        return estimate(model, replace(hw, gemm_efficiency=eff), layout,
-                        terms).iteration_time_s - iteration_time_s
+        return modelled_seconds(model, replace(hw, gemm_efficiency=eff), layout, terms,
+                                timed) - iteration_time_s
 
     if gap(1.0) > 0:
-        raise ValueError(f"iteration_time_s={iteration_time_s} is shorter than the model gives "
+        raise ValueError(f"{timed} time {iteration_time_s} s is shorter than the model gives "
                          "at gemm_efficiency=1; the model's communication or FLOP count is off")
     lo = 1e-4
     if gap(lo) < 0:
-        raise ValueError(f"iteration_time_s={iteration_time_s} needs gemm_efficiency < {lo}")
+        raise ValueError(f"{timed} time {iteration_time_s} s needs gemm_efficiency < {lo}")
     return float(brentq(gap, lo, 1.0, xtol=1e-12, rtol=1e-12))
 
 
@@ -51,26 +77,27 @@ def is_scaling_pair(a: tuple[ModelConfig, Layout], b: tuple[ModelConfig, Layout]
 
 def _least_squares_efficiency(rows: list[Row], terms: Terms) -> float:
     if len(rows) == 1:
-        model, layout, hw, time = rows[0]
-        return fit_efficiency(model, hw, layout, time, terms)
+        r = rows[0]
+        return fit_efficiency(r.model, r.hw, r.layout, r.time, terms, r.timed)
 
     def loss(eff: float) -> float:
-        return sum(((estimate(m, replace(h, gemm_efficiency=eff), lay, terms).iteration_time_s
-                     - t) / t) ** 2 for m, lay, h, t in rows)
+        return sum(((modelled_seconds(r.model, replace(r.hw, gemm_efficiency=eff), r.layout,
+                                      terms, r.timed) - r.time) / r.time) ** 2 for r in rows)
 
     return float(minimize_scalar(loss, bounds=(1e-3, 1.0), method="bounded",
                                  options={"xatol": 1e-9}).x)
 
 
-def fit_system(rows: list[Row], terms: Terms = ALL_TERMS) -> tuple[float, float]:
+def fit_system(rows: list[Row | tuple], terms: Terms = ALL_TERMS) -> tuple[float, float]:
     """(gemm_efficiency, straggler) from one or two rows (see the module docstring)."""
     if not 1 <= len(rows) <= 2:
         raise ValueError(f"{len(rows)} calibration rows: a system fits one or two")
-    rows = [(m, lay, replace(h, straggler=0.0), t) for m, lay, h, t in rows]
+    rows = [Row(m, lay, replace(h, straggler=0.0), *rest) for m, lay, h, *rest in rows]
     if len(rows) == 1 or not terms.straggler or \
-            not is_scaling_pair(rows[0][:2], rows[1][:2]) or rows[0][2] != rows[1][2]:
+            any(r.timed != "iteration" for r in rows) or \
+            not is_scaling_pair(rows[0][:2], rows[1][:2]) or rows[0].hw != rows[1].hw:
         return _least_squares_efficiency(rows, terms), 0.0
-    (m1, l1, hw, t1), (m2, l2, _, t2) = rows
+    (m1, l1, hw, t1, _), (m2, l2, _, t2, _) = rows
 
     def mismatch(sigma: float) -> float:
         h = replace(hw, straggler=sigma)

@@ -9,7 +9,8 @@ the forward breakdown but not added to the step time; it counts the MLP as 16 h^
 whatever the FFN width or gating (only the efficiency changes its answer). It is run two ways:
 with its defaults (every efficiency 1.0), and with ``flops_efficiency`` fitted on the same
 declared rows as each system (the least-squares relative error, closed form: time is
-proportional to 1 / efficiency).
+proportional to 1 / efficiency). A run that timed one layer gets the same formula for one
+layer (``layer_time``).
 """
 
 from __future__ import annotations
@@ -48,8 +49,8 @@ def available() -> PeerUnavailable | None:
     return None
 
 
-def step_time(run: Run, flops_efficiency: float = 1.0) -> float:
-    """llm-analysis's training step time (``latency_per_iter``) for a run."""
+def _analysis(run: Run, flops_efficiency: float):
+    """(llm-analysis's LLMAnalysis of the run, its ``analysis`` module)."""
     analysis, config = _import()
     m, lay, hw = run.model, run.layout, run.hardware
     ffn = m.ffn_hidden
@@ -66,11 +67,17 @@ def step_time(run: Run, flops_efficiency: float = 1.0) -> float:
                            inter_node_bandwidth_in_GB_per_sec=hw.network_bw * 8 / 1e9)
     parallel = config.ParallelismConfig(tp_size=lay.tp, pp_size=lay.pp, dp_size=lay.dp,
                                         sp_size=lay.tp if lay.sequence_parallel else 1)
+    return analysis.LLMAnalysis(model, gpu, config.DtypeConfig(), parallel,
+                                flops_efficiency=flops_efficiency), analysis
+
+
+def step_time(run: Run, flops_efficiency: float = 1.0) -> float:
+    """llm-analysis's training step time (``latency_per_iter``) for a run."""
+    model_analysis, analysis = _analysis(run, flops_efficiency)
+    m, lay = run.model, run.layout
     recompute = analysis.ActivationRecomputation[lay.recompute.upper()]
     zero = {"allreduce": "NONE", "zero1": "STAGE_1", "zero1_allreduce": "STAGE_1",
             "zero2": "STAGE_2", "fsdp": "STAGE_3"}
-    model_analysis = analysis.LLMAnalysis(model, gpu, config.DtypeConfig(), parallel,
-                                          flops_efficiency=flops_efficiency)
     summary = model_analysis.training(
         batch_size_per_gpu=lay.micro_batch, global_batch_size=lay.global_batch,
         seq_len=m.seq_len, activation_recomputation=recompute,
@@ -79,11 +86,32 @@ def step_time(run: Run, flops_efficiency: float = 1.0) -> float:
     return float(summary["latency_per_iter"])
 
 
+def layer_time(run: Run, flops_efficiency: float = 1.0) -> float:
+    """One layer's time by llm-analysis's own step formula (its training() divides a
+    micro-batch's FLOPs, forward + twice that backward + the recomputed part, by the GPUs'
+    FLOP/s), for one layer on its TP group: its per-layer forward FLOPs, x 3, plus its
+    recompute count for that layer (full: the forward; selective: its 4 b s^2 h)."""
+    model_analysis, _ = _analysis(run, flops_efficiency)
+    b, s, lay = run.layout.micro_batch, run.model.seq_len, run.layout
+    forward = model_analysis.get_num_flops_fwd_per_layer(b, s)
+    recompute = {"none": 0, "full": forward,
+                 "selective": model_analysis.get_num_flops_total_selective_recompute_attn(b, s)
+                 / run.model.layers}[lay.recompute]
+    return (3 * forward + recompute) / (lay.tp * model_analysis.get_TFLOPS_per_gpu() * 1e12)
+
+
+def peer_time(run: Run, flops_efficiency: float = 1.0) -> float:
+    """The peer's answer to what the run timed: its step, or one layer."""
+    if run.layer_time_s is not None:
+        return layer_time(run, flops_efficiency)
+    return step_time(run, flops_efficiency)
+
+
 def fitted_efficiency(rows: list[tuple[Run, float]]) -> float:
     """The flops_efficiency minimising the rows' squared relative errors: with a_i = the time
     at efficiency 1 / the measured time, 1 / efficiency = sum(a) / sum(a^2), capped at 1."""
     a = [at_one / measured for (_, measured), at_one in
-         zip(rows, (step_time(run) for run, _ in rows))]
+         zip(rows, (peer_time(run) for run, _ in rows))]
     return min(1.0, sum(x * x for x in a) / sum(a))
 
 
@@ -101,12 +129,13 @@ def predict(runs: list[Run], calibration: dict[str, tuple[tuple[str, str], ...]]
     by_key = {(r.dataset, r.id, r.system): r for r in runs}
     efficiency = {}
     for system in {r.system for r in runs}:
-        rows = [(by_key[(d, i, system)], by_key[(d, i, system)].iteration_time_s)
-                for d, i in calibration[system]]
+        rows = [(run, run.layer_time_s if run.layer_time_s is not None
+                 else run.iteration_time_s)
+                for run in (by_key[(d, i, system)] for d, i in calibration[system])]
         efficiency[system] = fitted_efficiency(rows)
     out = []
     for run in runs:
-        default = step_time(run)
+        default = peer_time(run)
         out.append({"dataset": run.dataset, "system": run.system, "label": run.id,
                     "peer_default_time_s": default,
                     "peer_fitted_time_s": default / efficiency[run.system],

@@ -28,7 +28,10 @@ Columns (empty = not given; names are exact, an unknown column is an error):
                 (megatron | eager | fused: the cross entropy's kernels,
                 ``suite.scale.layout.LOSS_KINDS``)
   measured      iteration_time_s, or tokens_per_s (the whole job's), or only mfu_percent (then
-                MFU is what is compared); at least one
+                MFU is what is compared), or layer_time_ms: one layer's forward + backward (and
+                recompute) per micro-batch on its TP group, as a benchmark of one layer times it
+                (then that is what is compared and fitted: it leaves out the optimizer, the
+                embeddings and the step's fixed costs); at least one
 Booleans read true/false/1/0/yes/no. Each bad row is one error line naming the file, the row (1
 = the first data row), its id and the column.
 """
@@ -51,7 +54,8 @@ INTEGER = ("layers", "hidden", "heads", "seq_len", "vocab", "kv_heads", "ffn_hid
            "tp", "pp", "dp", "virtual_stages", "micro_batch", "global_batch",
            "first_stage_layers", "last_stage_layers", "grad_bytes", "gpus_per_node", "sms")
 NUMBER = ("peak_tflops", "hbm_gbps", "hbm_gb", "nvlink_gbps", "network_gbps",
-          "network_busbw_gbps", "iteration_time_s", "tokens_per_s", "mfu_percent")
+          "network_busbw_gbps", "iteration_time_s", "tokens_per_s", "mfu_percent",
+          "layer_time_ms")
 FRACTION = ("tp_overlap", "pp_overlap", "dp_overlap", "recompute_fraction")
 BOOLEAN = ("gated_mlp", "tied_embeddings", "position_embeddings", "dropout", "sequence_parallel")
 CHOICES = {"gpu": tuple(sorted(HARDWARE)), "system": tuple(sorted(SYSTEMS)),
@@ -59,7 +63,7 @@ CHOICES = {"gpu": tuple(sorted(HARDWARE)), "system": tuple(sorted(SYSTEMS)),
            "loss": tuple(LOSS_KINDS)}
 TEXT = ("id", "group", "dataset", "notes")
 CUSTOM_GPU = ("peak_tflops", "hbm_gbps", "nvlink_gbps", "network_gbps", "sms")
-MEASURED = ("iteration_time_s", "tokens_per_s", "mfu_percent")
+MEASURED = ("iteration_time_s", "tokens_per_s", "mfu_percent", "layer_time_ms")
 COLUMNS = TEXT + INTEGER + NUMBER + FRACTION + BOOLEAN + tuple(CHOICES)
 # A user's runs without a system: nothing overlapped, FlashAttention, DDP.
 PLAIN = System(hardware="", attention="flash")
@@ -93,6 +97,7 @@ class Run:
     hardware: Hardware
     iteration_time_s: float | None
     mfu_percent: float | None
+    layer_time_s: float | None = None  # one layer's measured time (``layer_time_ms``)
 
     @property
     def gpus(self) -> int:
@@ -141,6 +146,9 @@ def _row_errors(row: dict, system_like: str | None) -> list[str]:
         errors.append("column gpus: empty (give gpus or dp)")
     if not any(c in row for c in MEASURED):
         errors.append(f"column iteration_time_s: empty; a run needs one of {list(MEASURED)}")
+    if "layer_time_ms" in row and any(c in row for c in MEASURED if c != "layer_time_ms"):
+        errors.append("column layer_time_ms: one layer's time, so the row measures nothing else; "
+                      "give iteration_time_s, tokens_per_s and mfu_percent on a row of their own")
     return errors
 
 
@@ -179,7 +187,7 @@ def _run(row: dict, dataset: str, system_like: str | None) -> Run:
     layout_fields = ("virtual_stages", "recompute", "sequence_parallel", "attention", "dp_mode",
                      "tp_overlap", "pp_overlap", "dp_overlap", "grad_bytes",
                      "first_stage_layers", "last_stage_layers", "recompute_fraction", "loss")
-    settings = {**spec.layout_defaults(v, full),
+    settings = {**spec.layout_defaults(v, full, row.get("sequence_parallel", False)),
                 **{f: row[f] for f in layout_fields if f in row}}
     layout = Layout(tp=tp, pp=pp, dp=dp, micro_batch=row["micro_batch"],
                     global_batch=row["global_batch"], **settings)
@@ -192,8 +200,9 @@ def _run(row: dict, dataset: str, system_like: str | None) -> Run:
         time = None
     group = row.get("group") or (f"{model.layers}x{model.hidden} s{model.seq_len} "
                                  f"{layout.gpus} GPUs")
+    layer = row["layer_time_ms"] / 1e3 if "layer_time_ms" in row else None
     return Run(row.get("dataset", dataset), name or "(plain)", row["id"], group, model, layout,
-               hw, time, row.get("mfu_percent"))
+               hw, time, row.get("mfu_percent"), layer)
 
 
 def runs_from_frame(frame: pd.DataFrame, source: str, system_like: str | None = None) -> list[Run]:

@@ -105,7 +105,7 @@ def _layouts_of_split(model: ModelConfig, tp: int, pp: int, dp: int, first: int 
             attention, dp_modes):
         if (global_batch // dp) % b or (mode != "allreduce" and dp == 1):
             continue
-        settings = {**system.layout_defaults(v, 1.0 if recompute == "full" else 0.0),
+        settings = {**system.layout_defaults(v, 1.0 if recompute == "full" else 0.0, sp),
                     "attention": kind, "dp_mode": mode}
         yield Layout(tp=tp, pp=pp, dp=dp, micro_batch=b, global_batch=global_batch,
                      virtual_stages=v, recompute=recompute, sequence_parallel=sp, **ends,

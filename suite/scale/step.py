@@ -28,7 +28,9 @@ A stage's slot:
              6; ``suite.scale.layout.LOSS_KINDS``).
   TP         4 collectives of b*s*h activations per layer (6 with full recompute), ring bytes
              2(t-1)/t each over NVLink, plus NCCL's latency; sequence parallelism moves the same
-             bytes as reduce-scatter + all-gather (Korthikanti et al. 2022 Sec. 4.2.2).
+             bytes as reduce-scatter + all-gather (Korthikanti et al. 2022 Sec. 4.2.2), and
+             half an all-reduce's more per column-parallel linear in the backward, to gather its
+             sharded input again (``tp_collectives_per_layer``).
   PP         the b*s*h/tp slice at each of the v*p - 1 chunk boundaries, forward and backward,
              averaged over the stages, over the network (``cross_node_rate``: the NIC, or the
              measured busbw where lower). Once per iteration, with tied
@@ -160,10 +162,14 @@ def allreduce_latency(ranks: int, nodes: int, hw: Hardware) -> float:
     return min(ring_latency(ranks, nodes, hw), tree_latency(ranks, nodes, hw))
 
 
-def tp_collectives_per_layer(full_recompute: float) -> float:
-    """2 forward + 2 backward, and the recomputed forward's 2 on the layers fully
-    recomputed (``Layout.full_recompute``: their share)."""
-    return 4 + 2 * full_recompute
+def tp_collectives_per_layer(full_recompute: float, sequence_parallel: bool = False) -> float:
+    """All-reduces' worth of TP traffic per layer: 2 forward + 2 backward, the recomputed
+    forward's 2 on the layers fully recomputed (``Layout.full_recompute``: their share), and
+    with sequence parallelism 1 more in the backward: the two column-parallel linears keep
+    their input sharded (where SP's memory saving comes from) and all-gather it again for the
+    weight gradient (Megatron-LM's LinearWithGradAccumulationAndAsyncCommunication.backward,
+    2022 onwards: half an all-reduce's bytes each)."""
+    return 4 + 2 * full_recompute + (1 if sequence_parallel else 0)
 
 
 def dp_ranks_per_node(layout: Layout, hw: Hardware) -> int:
@@ -314,6 +320,37 @@ def layer_seconds(model: ModelConfig, layout: Layout, hw: Hardware,
     return gemm / hw.gemm_efficiency + flash + memory
 
 
+def tp_seconds_per_layer(model: ModelConfig, layout: Layout, hw: Hardware,
+                         terms: Terms = ALL_TERMS) -> float:
+    """One layer's exposed TP collectives per micro-batch ((1 - tp_overlap) of them)."""
+    if layout.tp == 1:
+        return 0.0
+    activation = layout.micro_batch * model.seq_len * model.hidden * model.activation_bytes
+    collectives = tp_collectives_per_layer(layout.full_recompute, layout.sequence_parallel)
+    seconds = collectives * ring_factor(layout.tp) * activation / hw.nvlink_bw
+    if terms.latency:
+        seconds += collectives * ring_latency(layout.tp, 1, hw)
+    return (1 - layout.tp_overlap) * seconds
+
+
+def layer_breakdown(model: ModelConfig, layout: Layout, hw: Hardware,
+                    terms: Terms = ALL_TERMS) -> dict[str, float]:
+    """One layer's forward, backward and recompute per micro-batch on its TP group, as a
+    benchmark of one layer times it (Korthikanti et al. 2022, Table 4): compute and the exposed
+    TP collectives, in ``BREAKDOWN``'s keys (the rest 0); they sum to the layer's time."""
+    gemm, flash, memory = _layer_compute(model, layout, hw, terms)
+    parts = dict.fromkeys(BREAKDOWN, 0.0)
+    parts.update(gemm_s=gemm / hw.gemm_efficiency, attention_s=flash, memory_s=memory,
+                 tp_exposed_s=tp_seconds_per_layer(model, layout, hw, terms))
+    return parts
+
+
+def timed_layer_seconds(model: ModelConfig, layout: Layout, hw: Hardware,
+                        terms: Terms = ALL_TERMS) -> float:
+    """The sum of ``layer_breakdown``: what a measured layer time is compared with."""
+    return sum(layer_breakdown(model, layout, hw, terms).values())
+
+
 def _logits_compute(model: ModelConfig, layout: Layout, hw: Hardware,
                     terms: Terms) -> tuple[float, float]:
     """(GEMM seconds at ceiling 1, loss HBM seconds) of the output layer per micro-batch."""
@@ -337,10 +374,7 @@ def stage_works(model: ModelConfig, layout: Layout, hw: Hardware,
     gemm, flash, memory = _layer_compute(model, layout, hw, terms)
     logits_gemm, loss = _logits_compute(model, layout, hw, terms)
     activation = layout.micro_batch * model.seq_len * model.hidden * model.activation_bytes
-    collectives = tp_collectives_per_layer(layout.full_recompute)
-    tp_layer = collectives * ring_factor(layout.tp) * activation / hw.nvlink_bw
-    if terms.latency and layout.tp > 1:
-        tp_layer += collectives * ring_latency(layout.tp, 1, hw)
+    tp_layer = tp_seconds_per_layer(model, layout, hw, terms)
     pp = 0.0
     if layout.pp > 1:
         boundaries = layout.virtual_stages * layout.pp - 1
@@ -368,7 +402,7 @@ def stage_works(model: ModelConfig, layout: Layout, hw: Hardware,
             hidden = max(traffic - compute, traffic / max(layers, 1))
             fsdp = (1 - layout.dp_overlap) * traffic + layout.dp_overlap * hidden
         works.append(StageWork(stage_gemm, stage_flash, stage_memory,
-                               (1 - layout.tp_overlap) * layers * tp_layer,
+                               layers * tp_layer,
                                (1 - layout.pp_overlap) * pp, fsdp))
     return works
 

@@ -18,26 +18,32 @@ class System:
     pp_overlap: float = 0.0
     dp_overlap: float = 0.0
     dp_all_but_one_chunk: bool = False  # MegaScale: DP of v-1 of the v chunks hidden
-    tp_backward_only: bool = False  # the backward's 2 TP collectives per layer hidden
+    # the backward's TP traffic that runs beside a gradient GEMM hidden: 2 all-reduces' worth
+    # per layer (without SP the input gradients' all-reduces, under the weight gradients; with
+    # SP their reduce-scatters, and the inputs' re-gather under the input gradients; the
+    # all-gather of the output gradient before the row-parallel linear's backward is not)
+    tp_backward_only: bool = False
     attention: str = "fused_softmax"
     dp_mode: str = "allreduce"
     grad_bytes: int = 4
     loss: str = "megatron"
 
-    def layout_defaults(self, virtual_stages: int, full_recompute: float) -> dict:
+    def layout_defaults(self, virtual_stages: int, full_recompute: float,
+                        sequence_parallel: bool = False) -> dict:
         """Layout fields this system sets unless a run sets them (``full_recompute``: the
         share of layers fully recomputed)."""
         dp = 1 - 1 / virtual_stages if self.dp_all_but_one_chunk else self.dp_overlap
-        tp = 2 / tp_collectives_per_layer(full_recompute) if self.tp_backward_only \
-            else self.tp_overlap
+        tp = 2 / tp_collectives_per_layer(full_recompute, sequence_parallel) \
+            if self.tp_backward_only else self.tp_overlap
         return {"tp_overlap": tp, "pp_overlap": self.pp_overlap, "dp_overlap": dp,
                 "attention": self.attention, "dp_mode": self.dp_mode,
                 "grad_bytes": self.grad_bytes, "loss": self.loss}
 
 
 SYSTEMS: dict[str, System] = {
-    # MegaScale's baseline: nothing overlapped (its Table 3 lists the overlaps as additions)
-    "Megatron-LM": System("A100"),
+    # MegaScale's baseline: its Table 3 lists the overlaps as MegaScale's additions, so only
+    # what Megatron-LM's linears always run beside a gradient GEMM is hidden (as in 2022's)
+    "Megatron-LM": System("A100", tp_backward_only=True),
     # MegaScale Sec. 3.3 and Table 3: TP/PP/DP overlap, FlashAttention-2
     "MegaScale": System("A100", tp_overlap=1.0, pp_overlap=1.0, dp_all_but_one_chunk=True,
                         attention="flash"),

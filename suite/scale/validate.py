@@ -19,10 +19,10 @@ from typing import Any
 import pandas as pd
 from scipy.stats import spearmanr
 
-from suite.scale.fit import fit_system
+from suite.scale.fit import Row, fit_system
 from suite.scale.hardware import Hardware
 from suite.scale.runs import Run
-from suite.scale.step import ALL_TERMS, BREAKDOWN, Terms, estimate
+from suite.scale.step import ALL_TERMS, BREAKDOWN, Estimate, Terms, estimate, layer_breakdown
 
 Calibration = dict[str, tuple[tuple[str, str], ...]]  # system -> ((dataset, id), ...)
 # Columns of ``predict``'s table that ``summarize`` can split the held-out rows by.
@@ -42,12 +42,20 @@ def fit(runs: list[Run], calibration: Calibration, terms: Terms = ALL_TERMS
         rows = []
         for dataset, rid in calibration[system]:
             run = by_key.get((dataset, rid, system))
-            if run is None or run.iteration_time_s is None:
+            if run is None or (run.iteration_time_s is None and run.layer_time_s is None):
                 raise ValueError(f"{system}: calibration run {dataset}/{rid!r} is not a run "
-                                 "with a measured iteration time")
-            rows.append((run.model, run.layout, run.hardware, run.iteration_time_s))
+                                 "with a measured iteration or layer time")
+            rows.append(Row(run.model, run.layout, run.hardware, *measured(run)))
         fitted[system] = fit_system(rows, terms)
     return fitted
+
+
+def measured(run: Run) -> tuple[float, str]:
+    """(seconds, what was timed) of a run: its iteration, or one layer (``Run.layer_time_s``);
+    NaN seconds where only MFU was measured."""
+    if run.layer_time_s is not None:
+        return run.layer_time_s, "layer"
+    return (nan if run.iteration_time_s is None else run.iteration_time_s), "iteration"
 
 
 def hardware_with_fit(run: Run, fits: dict[str, tuple[float, float]]) -> Hardware:
@@ -57,17 +65,24 @@ def hardware_with_fit(run: Run, fits: dict[str, tuple[float, float]]) -> Hardwar
 
 def predict(runs: list[Run], calibration: Calibration, terms: Terms = ALL_TERMS) -> pd.DataFrame:
     """One row per run: measured and predicted iteration time and MFU, the errors (predicted -
-    measured), the breakdown, whether the run was fitted, and the fitted numbers."""
+    measured), the breakdown, whether the run was fitted, and the fitted numbers. A run that
+    timed one layer (``timed`` "layer") has that layer's seconds in the time columns and its
+    breakdown, and no MFU."""
     fits = fit(runs, calibration, terms)
     out = []
     for run in runs:
         hw = hardware_with_fit(run, fits)
-        est = estimate(run.model, hw, run.layout, terms)
-        time = nan if run.iteration_time_s is None else run.iteration_time_s
+        time, timed = measured(run)
+        if timed == "layer":
+            parts = layer_breakdown(run.model, run.layout, hw, terms)
+            est = Estimate(sum(parts.values()), nan, nan, nan, parts)
+        else:
+            est = estimate(run.model, hw, run.layout, terms)
         mfu = nan if run.mfu_percent is None else run.mfu_percent
         lay = run.layout
         out.append({
             "dataset": run.dataset, "system": run.system, "label": run.id, "group": run.group,
+            "timed": timed,
             "gpu": run.hardware.name, "gpus": run.gpus, "batch_size": lay.global_batch,
             "tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "virtual_stages": lay.virtual_stages,
             "micro_batch": lay.micro_batch, "seq_len": run.model.seq_len,
@@ -153,6 +168,7 @@ def summarize(predictions: pd.DataFrame, predicted: str = "predicted_iteration_t
             else pd.Series(dtype=float)
         rho, regret, groups = rank_metrics(g, predicted)
         rows.append({**dict(zip(keys, values)), "runs": len(g),
+                     "timed": "/".join(sorted(set(g.timed))) if "timed" in g else "iteration",
                      "time_mean_abs_pct": 100 * err.abs().mean() if len(err) else nan,
                      "time_max_abs_pct": 100 * err.abs().max() if len(err) else nan,
                      "time_mean_signed_pct": 100 * err.mean() if len(err) else nan,
@@ -165,7 +181,7 @@ def summarize(predictions: pd.DataFrame, predicted: str = "predicted_iteration_t
 
 def user_system(runs: list[Run], name: str, ids: list[str]) -> tuple[list[Run], Calibration]:
     """A user's runs as one new system ``name``, calibrated on exactly the rows ``ids`` (one or
-    two, each with a measured iteration time or tokens/s)."""
+    two, each with a measured iteration time, tokens/s or layer time)."""
     if not 1 <= len(ids) <= 2:
         raise ValueError(f"--calibrate names {len(ids)} rows; a system fits one or two")
     runs = [replace(r, system=name) for r in runs]
@@ -179,7 +195,7 @@ def user_system(runs: list[Run], name: str, ids: list[str]) -> tuple[list[Run], 
             raise ValueError(f"--calibrate {rid!r}: " + ("no row has this id" if not found else
                              f"{len(found)} rows have this id (in datasets "
                              f"{sorted(r.dataset for r in found)})") + f"; ids: {sorted(by_id)}")
-        if found[0].iteration_time_s is None:
+        if found[0].iteration_time_s is None and found[0].layer_time_s is None:
             raise ValueError(f"--calibrate {rid!r}: the row has no measured time (only MFU)")
         keys.append((found[0].dataset, rid))
     return runs, {name: tuple(keys)}
