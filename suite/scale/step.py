@@ -272,44 +272,54 @@ class StageWork:
     fsdp: float
 
 
-def _layer_compute(model: ModelConfig, layout: Layout, hw: Hardware,
-                   terms: Terms) -> tuple[float, float, float]:
-    """(GEMM seconds at ceiling 1, flash seconds, HBM-bound seconds) of one layer."""
+def _layer_passes(model: ModelConfig, layout: Layout, hw: Hardware, terms: Terms
+                  ) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
+    """(GEMM seconds at ceiling 1, flash seconds, HBM-bound seconds) of one layer's forward
+    pass, and of its backward pass with whatever it recomputes."""
     b, tp, kind = layout.micro_batch, layout.tp, layout.attention
     full = layout.full_recompute
     core_reruns = 1.0 if layout.recompute == "selective" else full
-    gemm = flash = 0.0
+    gemm, flash, memory = [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]  # [forward, backward]
     for g in model.layer_gemms(b, tp):
         core = g.name in ("scores", "context")
         if core and kind.startswith("flash"):
             fwd_q, bwd_q = hw.flash_fractions(kind)
             forward = g.flops / 2 / (hw.peak_flops * fwd_q)
             backward = FLASH_BWD_MATMULS * g.flops / 2 / (hw.peak_flops * bwd_q)
-            flash += forward * (1 + core_reruns) + backward
+            flash[0] += forward
+            flash[1] += forward * core_reruns + backward
             continue
         if terms.gemm_shape:
             fwd, bwd = forward_backward_time(g, hw)
         else:
             fwd = g.flops / hw.peak_flops
             bwd = 2 * fwd
-        gemm += fwd * (1 + (core_reruns if core else full)) + bwd
-    if not terms.memory:
-        return gemm, flash, 0.0
-    h, s, act = model.hidden, model.seq_len, model.activation_bytes
-    fwd_units = ELEMENTWISE_FWD + (DROPOUT_FWD if model.dropout else 0)
-    shard = tp if layout.sequence_parallel else 1
-    units = fwd_units * (3 + full) / shard
-    ffn = model.ffn_hidden / tp / h
-    act_fwd, act_bwd = (3 * ffn, 5 * ffn) if model.gated_mlp else (2 * ffn, 3 * ffn)
-    units += act_fwd * (1 + full) + act_bwd
-    memory = units * b * s * h * act / hw.hbm_bw
-    if kind in SCORE_BYTES:
-        fwd_b, bwd_b = SCORE_BYTES[kind]
-        if model.dropout:
-            fwd_b, bwd_b = fwd_b + DROPOUT_SCORE_BYTES, bwd_b + DROPOUT_SCORE_BYTES
-        scores = b * (model.heads / tp) * s * s
-        memory += scores * (fwd_b * (1 + core_reruns) + bwd_b) / hw.hbm_bw
-    return gemm, flash, memory
+        gemm[0] += fwd
+        gemm[1] += fwd * (core_reruns if core else full) + bwd
+    if terms.memory:
+        h, s, act = model.hidden, model.seq_len, model.activation_bytes
+        fwd_units = ELEMENTWISE_FWD + (DROPOUT_FWD if model.dropout else 0)
+        shard = tp if layout.sequence_parallel else 1
+        ffn = model.ffn_hidden / tp / h
+        act_fwd, act_bwd = (3 * ffn, 5 * ffn) if model.gated_mlp else (2 * ffn, 3 * ffn)
+        unit = b * s * h * act / hw.hbm_bw
+        memory[0] += (fwd_units / shard + act_fwd) * unit
+        memory[1] += (fwd_units * (2 + full) / shard + act_fwd * full + act_bwd) * unit
+        if kind in SCORE_BYTES:
+            fwd_b, bwd_b = SCORE_BYTES[kind]
+            if model.dropout:
+                fwd_b, bwd_b = fwd_b + DROPOUT_SCORE_BYTES, bwd_b + DROPOUT_SCORE_BYTES
+            scores = b * (model.heads / tp) * s * s / hw.hbm_bw
+            memory[0] += scores * fwd_b
+            memory[1] += scores * (fwd_b * core_reruns + bwd_b)
+    return (gemm[0], flash[0], memory[0]), (gemm[1], flash[1], memory[1])
+
+
+def _layer_compute(model: ModelConfig, layout: Layout, hw: Hardware,
+                   terms: Terms) -> tuple[float, float, float]:
+    """(GEMM seconds at ceiling 1, flash seconds, HBM-bound seconds) of one layer."""
+    forward, backward = _layer_passes(model, layout, hw, terms)
+    return tuple(f + b for f, b in zip(forward, backward))
 
 
 def layer_seconds(model: ModelConfig, layout: Layout, hw: Hardware,
@@ -320,17 +330,40 @@ def layer_seconds(model: ModelConfig, layout: Layout, hw: Hardware,
     return gemm / hw.gemm_efficiency + flash + memory
 
 
-def tp_seconds_per_layer(model: ModelConfig, layout: Layout, hw: Hardware,
-                         terms: Terms = ALL_TERMS) -> float:
-    """One layer's exposed TP collectives per micro-batch ((1 - tp_overlap) of them)."""
+def _tp_allreduce_seconds(model: ModelConfig, layout: Layout, hw: Hardware,
+                          terms: Terms) -> float:
+    """One all-reduce of a micro-batch's b*s*h activations over the TP group (NVLink)."""
     if layout.tp == 1:
         return 0.0
     activation = layout.micro_batch * model.seq_len * model.hidden * model.activation_bytes
+    seconds = ring_factor(layout.tp) * activation / hw.nvlink_bw
+    return seconds + (ring_latency(layout.tp, 1, hw) if terms.latency else 0.0)
+
+
+def tp_seconds_per_layer(model: ModelConfig, layout: Layout, hw: Hardware,
+                         terms: Terms = ALL_TERMS) -> float:
+    """One layer's exposed TP collectives per micro-batch ((1 - tp_overlap) of them)."""
     collectives = tp_collectives_per_layer(layout.full_recompute, layout.sequence_parallel)
-    seconds = collectives * ring_factor(layout.tp) * activation / hw.nvlink_bw
-    if terms.latency:
-        seconds += collectives * ring_latency(layout.tp, 1, hw)
-    return (1 - layout.tp_overlap) * seconds
+    return (1 - layout.tp_overlap) * collectives * _tp_allreduce_seconds(model, layout, hw, terms)
+
+
+def layer_passes(model: ModelConfig, layout: Layout, hw: Hardware,
+                 terms: Terms = ALL_TERMS) -> tuple[float, float]:
+    """(forward, backward with its recompute) seconds of one layer on its TP group, which
+    Korthikanti et al.'s Table 4 times apart; they sum to ``timed_layer_seconds``. The forward
+    has 2 of the layer's TP collectives; the hidden ones (``tp_overlap`` of all) are taken from
+    the backward's first, where the systems hide them."""
+    forward, backward = _layer_passes(model, layout, hw, terms)
+    one = _tp_allreduce_seconds(model, layout, hw, terms)
+    total = tp_collectives_per_layer(layout.full_recompute, layout.sequence_parallel)
+    hidden, in_backward = layout.tp_overlap * total, total - 2
+    tp_forward = (2 - max(0.0, hidden - in_backward)) * one
+    tp_backward = max(0.0, in_backward - hidden) * one
+
+    def seconds(part: tuple[float, float, float]) -> float:
+        return part[0] / hw.gemm_efficiency + part[1] + part[2]
+
+    return seconds(forward) + tp_forward, seconds(backward) + tp_backward
 
 
 def layer_breakdown(model: ModelConfig, layout: Layout, hw: Hardware,
