@@ -698,6 +698,17 @@ def test_validate_cli(capsys, tmp_path):
     text = capsys.readouterr().out
     assert "scale model on torchtitan_a100_runs (6 rows not fitted): mean |error|" in text
     assert "llm-analysis 0.2.2 on torchtitan_a100_runs" in text
+    # the option given twice is the same; an id holding a comma is taken whole
+    first, second = cal.split(",")
+    assert main(["scale-model", "validate", example, "--calibrate", first,
+                 "--calibrate", second]) == 0
+    assert capsys.readouterr().out == text
+    commas = tmp_path / "commas.csv"
+    pd.read_csv(example).replace({first: "8B, layer", second: "8B, op"}).to_csv(commas,
+                                                                             index=False)
+    assert main(["scale-model", "validate", str(commas), "--calibrate", "8B, layer",
+                 "--calibrate", "8B, op"]) == 0
+    assert "scale model on commas (6 rows not fitted)" in capsys.readouterr().out
     bad = tmp_path / "bad.csv"
     pd.DataFrame([ROW, {**ROW, "id": "b", "gpu": "B200"}]).to_csv(bad, index=False)
     assert main(["scale-model", "validate", str(bad), "--calibrate", "a"]) == 2

@@ -72,8 +72,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                               "-> a system fitted on the rows you name, every "
                                               "other row predicted, errors and rank metrics")
     val.add_argument("runs", type=Path, help="the runs CSV")
-    val.add_argument("--calibrate", required=True,
-                     help="one or two row ids, comma-separated, to fit the system on")
+    val.add_argument("--calibrate", required=True, action="append", metavar="ID",
+                     help="the row id(s) to fit the system on, one or two: comma-separated, "
+                          "or the option given twice (an id that holds a comma is taken whole)")
     val.add_argument("--system-like", choices=sorted(SYSTEMS), metavar="SYSTEM",
                      help="whose overlaps, kernels and DP mode fill the layout columns you "
                           "leave empty (default: nothing overlapped, flash, allreduce)")
@@ -139,7 +140,9 @@ def _validate(args: argparse.Namespace) -> int:
     from suite.scale.validate import predict, summarize, user_system, weak_calibration
 
     runs = read_runs(args.runs, args.system_like)
-    ids = [i.strip() for i in args.calibrate.split(",") if i.strip()]
+    known = {r.id for r in runs}
+    ids = [part.strip() for value in args.calibrate
+           for part in ([value] if value.strip() in known else value.split(",")) if part.strip()]
     by = [c.strip() for c in args.by.split(",") if c.strip()]
     runs, calibration = user_system(runs, args.runs.stem, ids)
     table = predict(runs, calibration).merge(peer.predict(runs, calibration),
