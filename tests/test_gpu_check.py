@@ -52,6 +52,17 @@ def test_the_rehearsal_runs_every_step_and_leaves_records_the_report_reads(tmp_p
     assert layer["correct"] and len(layer["points"]) == 3  # fused blocks agree with unfused
     assert all(p["ms_per_layer"] > 0 < p["model_ms_per_layer"] for p in layer["points"])
     assert layer["model"]["r"] > 0.99 and "intercept_ms" in layer["measured"]
+    # the same timings as layer rows of the scale model's runs CSV, the model's time at ceiling
+    # 1 for each what the step compared against
+    from suite.scale.runs import read_runs
+    from suite.scale.step import timed_layer_seconds
+    rows = read_runs(out / "layer_runs.csv")
+    assert [r.layer_time_s * 1e3 for r in rows] == \
+        pytest.approx([p["ms_per_layer"] for p in layer["points"]])
+    assert [1e3 * timed_layer_seconds(r.model, r.layout, r.hardware) for r in rows] == \
+        pytest.approx([p["model_ms_per_layer"] for p in layer["points"]])
+    assert {(r.hardware.name, r.hardware.sms, r.model.dropout) for r in rows} == {
+        ("H100", 4, False)}
 
     memory = json.loads((out / "activation_memory.json").read_text())
     assert [(p["recompute"], p["batch"]) for p in memory["points"]] == [

@@ -512,13 +512,29 @@ def _statuses(statuses: dict[str, str]) -> dict[str, Any]:
 LAYER_SIZES = {"layers": 4, "hidden": 2048, "heads": 16, "seq": 1024, "batches": (1, 2, 4, 8, 16)}
 
 
+def _layer_runs_csv(path: Path, shape, hw, points: list[dict[str, Any]]) -> None:
+    """layer_intercept's timings as layer rows of the scale model's runs CSV
+    (``layer_time_ms``): ``seedbench scale-model validate layer_runs.csv --calibrate ID`` fits
+    a system for this GPU on one of them and predicts the others."""
+    import pandas as pd
+
+    model = {"layers": shape.layers, "hidden": shape.hidden, "heads": shape.heads,
+             "seq_len": shape.seq_len, "vocab": shape.vocab, "dropout": shape.dropout}
+    pd.DataFrame([{"id": f"layer b{p['batch']}", "dataset": "layer_intercept", "gpu": hw.name,
+                   "sms": hw.sms, **model, "gpus": 1, "tp": 1, "pp": 1,
+                   "micro_batch": p["batch"], "global_batch": p["batch"],
+                   "attention": "flash2", "layer_time_ms": p["ms_per_layer"]}
+                  for p in points]).to_csv(path, index=False)
+
+
 def layer_intercept(pack) -> dict[str, Any]:
     """Whether a layer costs a fixed time per micro-batch, which the scale model does not have
     (its layer time grows with the tokens, bar tile and wave quantization): a stack of GPT
     blocks (the gpt step's width, eager, fused kernels, bf16) checked against the same weights
     on the unfused path in fp32, then timed forward + backward at 1 to 16 sequences; a line
     through time against tokens (``scipy.stats.linregress``) gives the fixed part per layer
-    (its intercept) beside the model's own line at ceiling 1 -> OUT/layer_intercept.json."""
+    (its intercept) beside the model's own line at ceiling 1 -> OUT/layer_intercept.json, and
+    the timings as layer rows of the scale model's runs CSV -> OUT/layer_runs.csv."""
     import torch
     from scipy.stats import linregress
 
@@ -546,7 +562,7 @@ def layer_intercept(pack) -> dict[str, Any]:
     err = ((got - expected).abs().max() / expected.abs().max()).item()
     correct = err <= (5e-2 if dtype != torch.float32 else 1e-4)
     shape = ModelConfig(layers=cfg.n_layer, hidden=cfg.n_embd, heads=cfg.n_head,
-                        seq_len=sizes["seq"], vocab=cfg.vocab_size)
+                        seq_len=sizes["seq"], vocab=cfg.vocab_size, dropout=cfg.dropout > 0)
     rows = []
     for batch in sizes["batches"] if correct else ():
         x = torch.randn(batch, sizes["seq"], cfg.n_embd, device=device, dtype=dtype,
@@ -571,6 +587,7 @@ def layer_intercept(pack) -> dict[str, Any]:
             report[name] = {"intercept_ms": fit.intercept, "ms_per_1k_tokens": 1e3 * fit.slope,
                             "r": fit.rvalue}
     (pack.out / "layer_intercept.json").write_text(json.dumps(report, indent=1))
+    _layer_runs_csv(pack.out / "layer_runs.csv", shape, hw, rows)
     return {"correct": correct, **{k: report[k] for k in ("measured", "model") if k in report},
             **({"status": "failed"} if not correct else {})}
 
