@@ -137,10 +137,10 @@ def llm_loss_gap(inputs: AnalysisInputs) -> Headline | None:
 
 
 def llm_scale_error(inputs: AnalysisInputs) -> Headline | None:
+    from suite.scale.validate import iteration_rows
+
     t = inputs.table
-    held = t[~t.calibration.astype(bool) & t.iteration_time_rel_error.notna()]
-    if "timed" in held:  # rows that timed one layer are not iterations (tables before it lack it)
-        held = held[held.timed == "iteration"]
+    held = iteration_rows(t[~t.calibration.astype(bool) & t.iteration_time_rel_error.notna()])
     if held.empty:
         return None
     return Headline("mean |iteration time error| on held-out rows",

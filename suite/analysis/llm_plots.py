@@ -36,12 +36,12 @@ def scale_figure(data: FigureData, out: Path) -> list[Path]:
     time (fitted runs ringed), the breakdown of MegaScale Table 2's iterations per GPU count,
     and the signed error of every held-out run per dataset (one-sided bias shows as a side),
     with llm-analysis's (fitted on the same rows) beside each dataset."""
+    from suite.scale.validate import iteration_rows
+
     table = data.table
     fig, axes = plt.subplots(1, 3, figsize=(17, 4.8), constrained_layout=True,
                              gridspec_kw={"width_ratios": [1, 1.4, 1]})
-    timed = table[table.paper_iteration_time_s.notna()]
-    if "timed" in timed:  # rows that timed one layer are not iterations
-        timed = timed[timed.timed == "iteration"]
+    timed = iteration_rows(table[table.paper_iteration_time_s.notna()])
     ax = axes[0]
     for i, (dataset, g) in enumerate(timed.groupby("dataset", sort=False)):
         color = DATASET_COLORS.get(dataset, "k")

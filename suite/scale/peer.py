@@ -102,7 +102,7 @@ def layer_time(run: Run, flops_efficiency: float = 1.0) -> float:
 
 def peer_time(run: Run, flops_efficiency: float = 1.0) -> float:
     """The peer's answer to what the run timed: its step, or one layer."""
-    if run.layer_time_s is not None:
+    if run.timed == "layer":
         return layer_time(run, flops_efficiency)
     return step_time(run, flops_efficiency)
 
@@ -129,9 +129,8 @@ def predict(runs: list[Run], calibration: dict[str, tuple[tuple[str, str], ...]]
     by_key = {(r.dataset, r.id, r.system): r for r in runs}
     efficiency = {}
     for system in {r.system for r in runs}:
-        rows = [(run, run.layer_time_s if run.layer_time_s is not None
-                 else run.iteration_time_s)
-                for run in (by_key[(d, i, system)] for d, i in calibration[system])]
+        rows = [(by_key[(d, i, system)], by_key[(d, i, system)].measured_s)
+                for d, i in calibration[system]]
         efficiency[system] = fitted_efficiency(rows)
     out = []
     for run in runs:

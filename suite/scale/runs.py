@@ -103,6 +103,16 @@ class Run:
     def gpus(self) -> int:
         return self.layout.gpus
 
+    @property
+    def timed(self) -> str:
+        """What the run's measured time covers: "iteration", or one "layer"."""
+        return "iteration" if self.layer_time_s is None else "layer"
+
+    @property
+    def measured_s(self) -> float | None:
+        """The measured seconds of what ``timed`` names (None where only MFU was measured)."""
+        return self.iteration_time_s if self.layer_time_s is None else self.layer_time_s
+
 
 class RunsError(ValueError):
     """Bad rows: one line each."""

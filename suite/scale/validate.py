@@ -42,20 +42,20 @@ def fit(runs: list[Run], calibration: Calibration, terms: Terms = ALL_TERMS
         rows = []
         for dataset, rid in calibration[system]:
             run = by_key.get((dataset, rid, system))
-            if run is None or (run.iteration_time_s is None and run.layer_time_s is None):
+            if run is None or run.measured_s is None:
                 raise ValueError(f"{system}: calibration run {dataset}/{rid!r} is not a run "
                                  "with a measured iteration or layer time")
-            rows.append(Row(run.model, run.layout, run.hardware, *measured(run)))
+            rows.append(Row(run.model, run.layout, run.hardware, run.measured_s, run.timed))
         fitted[system] = fit_system(rows, terms)
     return fitted
 
 
-def measured(run: Run) -> tuple[float, str]:
-    """(seconds, what was timed) of a run: its iteration, or one layer (``Run.layer_time_s``);
-    NaN seconds where only MFU was measured."""
-    if run.layer_time_s is not None:
-        return run.layer_time_s, "layer"
-    return (nan if run.iteration_time_s is None else run.iteration_time_s), "iteration"
+def iteration_rows(predictions: pd.DataFrame) -> pd.DataFrame:
+    """``predict``'s rows that timed an iteration, not one layer (tables written before layer
+    rows existed have no ``timed`` column: all of theirs)."""
+    if "timed" not in predictions:
+        return predictions
+    return predictions[predictions.timed == "iteration"]
 
 
 def hardware_with_fit(run: Run, fits: dict[str, tuple[float, float]]) -> Hardware:
@@ -72,8 +72,8 @@ def predict(runs: list[Run], calibration: Calibration, terms: Terms = ALL_TERMS)
     out = []
     for run in runs:
         hw = hardware_with_fit(run, fits)
-        time, timed = measured(run)
-        if timed == "layer":
+        time = nan if run.measured_s is None else run.measured_s
+        if run.timed == "layer":
             parts = layer_breakdown(run.model, run.layout, hw, terms)
             est = Estimate(sum(parts.values()), nan, nan, nan, parts)
         else:
@@ -82,7 +82,7 @@ def predict(runs: list[Run], calibration: Calibration, terms: Terms = ALL_TERMS)
         lay = run.layout
         out.append({
             "dataset": run.dataset, "system": run.system, "label": run.id, "group": run.group,
-            "timed": timed,
+            "timed": run.timed,
             "gpu": run.hardware.name, "gpus": run.gpus, "batch_size": lay.global_batch,
             "tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "virtual_stages": lay.virtual_stages,
             "micro_batch": lay.micro_batch, "seq_len": run.model.seq_len,
@@ -195,7 +195,7 @@ def user_system(runs: list[Run], name: str, ids: list[str]) -> tuple[list[Run], 
             raise ValueError(f"--calibrate {rid!r}: " + ("no row has this id" if not found else
                              f"{len(found)} rows have this id (in datasets "
                              f"{sorted(r.dataset for r in found)})") + f"; ids: {sorted(by_id)}")
-        if found[0].iteration_time_s is None and found[0].layer_time_s is None:
+        if found[0].measured_s is None:
             raise ValueError(f"--calibrate {rid!r}: the row has no measured time (only MFU)")
         keys.append((found[0].dataset, rid))
     return runs, {name: tuple(keys)}
