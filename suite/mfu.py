@@ -170,7 +170,8 @@ def attention_context(shape: TransformerShape, causal_halving: bool) -> float:
 
 
 def count_flops(shape: TransformerShape, *, causal_halving: bool = False,
-                include_embeddings: bool = True, recompute: Recompute = "none") -> FlopCount:
+                include_embeddings: bool = True, recompute: Recompute = "none",
+                recompute_early_stop: bool = False) -> FlopCount:
     """Matmul FLOPs per token of a transformer from its shape (2 FLOPs per multiply-add).
 
     Forward per layer: Q and O projections 2*2*h*(heads*head_dim), K and V 2*2*h*(kv_heads*
@@ -179,7 +180,9 @@ def count_flops(shape: TransformerShape, *, causal_halving: bool = False,
     embedding is a lookup, no matmul). Model FLOPs are 3x forward (backward = 2x forward).
     Hardware FLOPs add the recomputed forward: all layers ("full", as Megatron: the LM head is
     not recomputed) or the attention score/softmax/PV block ("selective"; one forward of it,
-    where Korthikanti's closed form charges three).
+    where Korthikanti's closed form charges three). With ``recompute_early_stop`` a full
+    recompute leaves out each layer's MLP output projection: torch's non-reentrant checkpoint
+    (from 2.1, the reference GPT's) stops at the last tensor the backward saved, its input.
     """
     _recompute_mode(recompute)
     h, q = shape.hidden, shape.heads * shape.head_dim
@@ -191,8 +194,11 @@ def count_flops(shape: TransformerShape, *, causal_halving: bool = False,
     head_fwd = 2 * h * shape.vocab if include_embeddings else 0
     model = 3 * (layer_fwd + head_fwd)
     extra = {"none": 0.0, "full": layer_fwd, "selective": shape.layers * attention}[recompute]
+    early = recompute_early_stop and recompute == "full"
+    if early:
+        extra -= shape.layers * 2 * h * shape.ffn_hidden
     label = (f"detailed(causal_halving={causal_halving}, embeddings={include_embeddings}, "
-             f"recompute={recompute}"
+             f"recompute={recompute}" + (", early_stop" if early else "")
              + (f", window={shape.sliding_window}" if shape.sliding_window is not None else "")
              + ")")
     return FlopCount(model_flops_per_token=float(model),

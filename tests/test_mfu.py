@@ -1,3 +1,4 @@
+import dataclasses
 import math
 
 import pandas as pd
@@ -120,6 +121,36 @@ def test_gqa_swiglu_small_case_by_hand():
     # parameters: per layer 2*8*8 + 2*8*4 + 3*8*12 = 480; embeddings untied 2*10*8
     assert parameter_count(shape) == 2 * 480 + 160
     assert parameter_count(replace_tied(shape)) == 2 * 480 + 80
+
+
+@pytest.mark.parametrize("mlp", ["gelu", "swiglu"])
+def test_hfu_counts_what_torchs_checkpoint_reruns_in_the_reference_gpt(mlp):
+    """The trainers' HFU for full checkpointing (``TrainConfig.flops``: the early-stopping
+    count) adds exactly the matmul FLOPs torch re-runs in the reference GPT's backward, plus
+    one forward of attention (SDPA, which the matmul count leaves out)."""
+    import torch
+
+    from reference_impl.configs import GPTConfig
+    from reference_impl.gpt import GPT
+    from suite.scale.probe import matmul_flops
+
+    b, s = 2, 32
+    cfg = GPTConfig(vocab_size=100, n_layer=2, n_embd=64, n_head=4, n_kv_head=2, mlp=mlp,
+                    block_size=s)
+    shape = TransformerShape(layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16,
+                             ffn_hidden=cfg.ffn_hidden, mlp=mlp, vocab=100, seq_len=s)
+    idx = torch.randint(0, 100, (b, s))
+    torch.manual_seed(0)
+    plain = GPT(cfg)
+    checkpointed = GPT(dataclasses.replace(cfg, checkpointing="full"))
+    rerun = (matmul_flops(checkpointed, idx) - matmul_flops(plain, idx)) / (b * s)
+    count = count_flops(shape, recompute="full", recompute_early_stop=True)
+    attention = 2 * 4 * 4 * 16 * s  # 2 layers of scores and P V: 4 x heads x head_dim x s
+    assert count.hardware_flops_per_token - count.model_flops_per_token == rerun + attention
+    assert count.formula.endswith("recompute=full, early_stop)")
+    whole = count_flops(shape, recompute="full")
+    assert whole.hardware_flops_per_token - count.hardware_flops_per_token == \
+        2 * 2 * 64 * cfg.ffn_hidden
 
 
 def replace_tied(shape: TransformerShape) -> TransformerShape:

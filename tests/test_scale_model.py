@@ -43,6 +43,7 @@ from suite.scale.step import (
     dp_bytes_per_iteration,
     dp_ranks_per_node,
     estimate,
+    forward_reruns,
     fsdp_bytes_per_microbatch,
     ring_factor,
     ring_latency,
@@ -255,6 +256,69 @@ def test_recompute_and_attention_kernels():
         hw.peak_flops * hw.flash_fwd))
     with pytest.raises(ValueError, match="recompute_fraction=0.5 needs recompute='full'"):
         replace(base, recompute_fraction=0.5)
+
+
+@pytest.mark.parametrize("kv_heads,mlp", [(None, "gelu"), (2, "swiglu")])
+def test_the_recomputed_forward_is_what_torchs_checkpoint_reruns(kv_heads, mlp):
+    """The reference GPT block (pre-norm) under torch's non-reentrant checkpoint, as its full
+    checkpointing runs it: the matmul FLOPs the backward re-runs are the model's recomputed
+    GEMMs with ``recompute_early_stop`` (all but the MLP's output projection); under the
+    reentrant checkpoint (Megatron's and DeepSpeed's kind), all of them."""
+    import torch
+    from torch.utils.checkpoint import checkpoint
+
+    from reference_impl.configs import GPTConfig
+    from reference_impl.gpt import Block
+    from suite.scale.probe import matmul_flops
+
+    b, s, h, heads = 2, 64, 64, 4
+    cfg = GPTConfig(n_layer=1, n_embd=h, n_head=heads, n_kv_head=kv_heads, block_size=s,
+                    mlp=mlp)
+    torch.manual_seed(0)
+    block = Block(cfg)
+
+    def x():
+        return torch.randn(b, s, h, requires_grad=True)
+
+    class Reentrant(torch.nn.Module):
+        def forward(self, inp):
+            return checkpoint(block, inp, use_reentrant=True)
+
+    plain = matmul_flops(block, x())
+    non_reentrant = matmul_flops(Block(replace(cfg, checkpointing="full")), x())
+    reentrant = matmul_flops(Reentrant(), x())
+    model = ModelConfig(layers=1, hidden=h, heads=heads, kv_heads=cfg.kv_heads, seq_len=s,
+                        vocab=100, ffn_hidden=cfg.ffn_hidden, gated_mlp=mlp == "swiglu")
+    full = Layout(tp=1, pp=1, dp=1, micro_batch=b, global_batch=b, recompute="full")
+    dense = [g for g in model.layer_gemms(b, 1) if g.name not in ("scores", "context")]
+
+    def rerun(lay):
+        return sum(g.flops * forward_reruns(g.name, lay) for g in dense)
+
+    assert non_reentrant - plain == rerun(replace(full, recompute_early_stop=True)) > 0
+    assert reentrant - plain == rerun(full) == sum(g.flops for g in dense)
+    assert [g.name for g in dense if forward_reruns(
+        g.name, replace(full, recompute_early_stop=True)) == 0] == ["mlp_down"]
+
+
+def test_an_early_stopping_recompute_saves_the_mlp_output_and_its_residual():
+    from suite.scale.step import layer_seconds
+
+    hw = replace(A100_80GB, gemm_efficiency=0.6)
+    model = ModelConfig(layers=4, hidden=4096, heads=32, seq_len=2048, vocab=32000,
+                        dropout=False)
+    full = Layout(tp=1, pp=1, dp=1, micro_batch=2, global_batch=2, recompute="full",
+                  attention="flash")
+    early = replace(full, recompute_early_stop=True)
+    down = next(g for g in model.layer_gemms(2, 1) if g.name == "mlp_down")
+    unit = 2 * 2048 * 4096 * 2 / hw.hbm_bw  # one h-sized bf16 activation of the micro-batch
+    assert layer_seconds(model, full, hw) - layer_seconds(model, early, hw) == pytest.approx(
+        gemm_time(down, hw) / hw.gemm_efficiency + 3 * unit)
+    # it changes nothing without full recompute
+    for kind in ("none", "selective"):
+        lay = replace(full, recompute=kind)
+        assert layer_seconds(model, lay, hw) == layer_seconds(
+            model, replace(lay, recompute_early_stop=True), hw)
 
 
 def test_sequence_parallel_shards_the_elementwise_traffic():

@@ -30,7 +30,8 @@ Flow of a run:
 5. Rank 0 appends one line per step to the step log (``suite.steplog``) and writes the record.
 
 MFU/HFU use ``suite.mfu.count_flops`` of the model's ``TransformerShape`` (no causal halving,
-LM head included; the checkpointing mode is the recompute counted in HFU) and a peak from the
+LM head included; the checkpointing mode is the recompute counted in HFU, as torch's
+non-reentrant checkpoint runs it: without each block's MLP output projection) and a peak from the
 JSON of ``seedbench peak``, never a guess: on CPU, the measured matmul peak of the run's dtype,
 with all ranks' threads on a node together counted as ONE device (the peak was measured with the
 machine's threads in one process; a bf16 run needs a measured bf16 entry); on CUDA the per-GPU

@@ -6,6 +6,11 @@ Vocabularies (one place):
 - ``RECOMPUTE``: none; selective (attention's score, softmax and P V block); full (every
   layer's forward, or ``recompute_fraction`` of the layers', as Megatron's
   ``--recompute-num-layers`` and torchtitan's layer-wise selective checkpointing do).
+  ``recompute_early_stop``: the recomputed forward stops at the last tensor the backward saved,
+  as PyTorch's non-reentrant checkpoint does from torch 2.1 (pytorch/pytorch#96866, the
+  default since): a pre-norm block's MLP output projection and the residual add after it are
+  not re-run (checked by counting the matmuls in ``tests/test_scale_model.py``). Megatron's and
+  DeepSpeed's checkpointing (reentrant) re-run the whole forward.
 - ``ATTENTION``: unfused (the scores materialized by separate kernels, as eager PyTorch runs
   them); fused_softmax (scores materialized, scale + mask + softmax in one kernel, Megatron's);
   the tiled kernels, no s x s tensor in HBM (their fractions of peak per GPU:
@@ -73,6 +78,7 @@ class Layout:
     first_stage_layers: int | None = None
     last_stage_layers: int | None = None
     recompute_fraction: float = 1.0  # full recompute of this share of the layers
+    recompute_early_stop: bool = False
     loss: str = "megatron"
 
     def __post_init__(self) -> None:
@@ -91,6 +97,7 @@ class Layout:
         check_choice("dp_mode", self.dp_mode, DP_MODES)
         check_choice("loss", self.loss, tuple(LOSS_KINDS))
         check_bool("sequence_parallel", self.sequence_parallel)
+        check_bool("recompute_early_stop", self.recompute_early_stop)
         if self.sequence_parallel and self.tp == 1:
             raise ValueError("sequence_parallel=True needs tp > 1 (it shards over the TP ranks)")
         for name in ("first_stage_layers", "last_stage_layers"):

@@ -102,3 +102,19 @@ def saved_activation_bytes(module, *inputs) -> int:
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
         module(*inputs)
     return sum(kept.values())
+
+
+def matmul_flops(module, *inputs) -> float:
+    """FLOPs of the matrix products (mm, addmm, bmm; attention kernels aside) that one forward
+    and backward of ``module(*inputs)`` (its first output, if a tuple) run, counted by torch's
+    FlopCounterMode: checkpointed minus plain is what the backward re-runs, the recompute term
+    (``suite.scale.step.forward_reruns``) measured on any device."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with counter:
+        out = module(*inputs)
+        (out[0] if isinstance(out, tuple) else out).float().sum().backward()
+    ops = counter.get_flop_counts()["Global"]
+    return float(sum(n for op, n in ops.items() if str(op).split(".")[-1] in
+                     ("mm", "addmm", "bmm")))

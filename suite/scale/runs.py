@@ -22,6 +22,8 @@ Columns (empty = not given; names are exact, an unknown column is an error):
   layout        tp, pp, micro_batch, global_batch (required); gpus or dp; virtual_stages (1),
                 first_stage_layers, last_stage_layers, recompute (none | selective | full),
                 recompute_fraction (the share of layers full recompute covers, 1),
+                recompute_early_stop (false; true: PyTorch's non-reentrant checkpoint from
+                torch 2.1, which does not re-run the MLP's output projection),
                 sequence_parallel (false), attention (unfused | fused_softmax | flash1 |
                 flash2 | flash), dp_mode (allreduce | zero1 | zero1_allreduce | zero2 | fsdp),
                 tp_overlap, pp_overlap, dp_overlap (fractions hidden), grad_bytes (4), loss
@@ -57,7 +59,8 @@ NUMBER = ("peak_tflops", "hbm_gbps", "hbm_gb", "nvlink_gbps", "network_gbps",
           "network_busbw_gbps", "iteration_time_s", "tokens_per_s", "mfu_percent",
           "layer_time_ms")
 FRACTION = ("tp_overlap", "pp_overlap", "dp_overlap", "recompute_fraction")
-BOOLEAN = ("gated_mlp", "tied_embeddings", "position_embeddings", "dropout", "sequence_parallel")
+BOOLEAN = ("gated_mlp", "tied_embeddings", "position_embeddings", "dropout", "sequence_parallel",
+           "recompute_early_stop")
 CHOICES = {"gpu": tuple(sorted(HARDWARE)), "system": tuple(sorted(SYSTEMS)),
            "recompute": RECOMPUTE, "attention": ATTENTION, "dp_mode": DP_MODES, "norm": NORMS,
            "loss": tuple(LOSS_KINDS)}
@@ -196,7 +199,8 @@ def _run(row: dict, dataset: str, system_like: str | None) -> Run:
     full = row.get("recompute_fraction", 1.0) if recompute == "full" else 0.0
     layout_fields = ("virtual_stages", "recompute", "sequence_parallel", "attention", "dp_mode",
                      "tp_overlap", "pp_overlap", "dp_overlap", "grad_bytes",
-                     "first_stage_layers", "last_stage_layers", "recompute_fraction", "loss")
+                     "first_stage_layers", "last_stage_layers", "recompute_fraction", "loss",
+                     "recompute_early_stop")
     settings = {**spec.layout_defaults(v, full, row.get("sequence_parallel", False)),
                 **{f: row[f] for f in layout_fields if f in row}}
     layout = Layout(tp=tp, pp=pp, dp=dp, micro_batch=row["micro_batch"],

@@ -6,7 +6,9 @@ A stage's slot:
   GEMMs      each layer GEMM at its per-GPU shape (after TP; sequence parallelism all-gathers
              before them, so shapes are the same), forward + input- and weight-gradient
              GEMMs, each timed from its shape (``suite.scale.gemm``) / the fitted ceiling; full
-             recompute runs every forward GEMM again, selective the attention block's.
+             recompute runs every forward GEMM again (with ``recompute_early_stop`` all but the
+             MLP's output projection, whose input is the last tensor the backward saved),
+             selective the attention block's.
   attention  unfused / fused_softmax: the Q K^T and P V batched GEMMs as above, and the s x s
              scores written and read (bytes per score element, forward and backward, at HBM
              bandwidth: ``SCORE_BYTES``; dropout adds its read, write and mask); recompute
@@ -19,7 +21,8 @@ A stage's slot:
              norms (read + write each), two residual adds (2 reads + 1 write), two dropouts
              (read + write) when the model has dropout: forward 10 (+4), backward twice that;
              sequence parallelism shards it over the TP ranks; full recompute repeats the
-             forward. The MLP activation on the ffn/tp hidden: GELU forward reads and writes
+             forward (with ``recompute_early_stop`` all but the last residual add, 3, and
+             dropout, 2). The MLP activation on the ffn/tp hidden: GELU forward reads and writes
              it (2 ffn), backward 3 ffn; a gated MLP (SwiGLU) reads two and writes one (3 ffn),
              backward 5 ffn.
   logits     the last stage's output GEMM (forward + backward, never recomputed) and its
@@ -87,6 +90,9 @@ from suite.scale.model import ModelConfig
 SCORE_BYTES = {"fused_softmax": (4, 6), "unfused": (12, 14)}
 DROPOUT_SCORE_BYTES = 5  # read 2, write 2, the 1-byte mask; forward and backward each
 ELEMENTWISE_FWD, DROPOUT_FWD = 10, 4  # h-sized activations per token: norms + residuals, dropouts
+# what an early-stopping recompute leaves out after the MLP's output projection: the residual
+# add (2 reads, 1 write) and, with dropout, the dropout before it (read, write)
+EARLY_STOP_ELEMENTWISE, EARLY_STOP_DROPOUT = 3, 2
 ADAM_BYTES_PER_PARAM = 42
 DP_BUCKET_PARAMS = 40_000_000
 NCCL_BASE_LATENCY = 8.4e-6
@@ -272,22 +278,35 @@ class StageWork:
     fsdp: float
 
 
+def forward_reruns(gemm: str, layout: Layout) -> float:
+    """Times the backward re-runs the forward of the layer GEMM named ``gemm``
+    (``ModelConfig.layer_gemms``), averaged over the layers: selective recompute the attention
+    core's once; full recompute every GEMM on the layers it covers, but with
+    ``recompute_early_stop`` not the MLP's output projection (its input is the last tensor the
+    backward saved)."""
+    if gemm in ("scores", "context"):
+        return 1.0 if layout.recompute == "selective" else layout.full_recompute
+    if gemm == "mlp_down" and layout.recompute_early_stop:
+        return 0.0
+    return layout.full_recompute
+
+
 def _layer_passes(model: ModelConfig, layout: Layout, hw: Hardware, terms: Terms
                   ) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
     """(GEMM seconds at ceiling 1, flash seconds, HBM-bound seconds) of one layer's forward
     pass, and of its backward pass with whatever it recomputes."""
     b, tp, kind = layout.micro_batch, layout.tp, layout.attention
     full = layout.full_recompute
-    core_reruns = 1.0 if layout.recompute == "selective" else full
     gemm, flash, memory = [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]  # [forward, backward]
     for g in model.layer_gemms(b, tp):
         core = g.name in ("scores", "context")
+        reruns = forward_reruns(g.name, layout)
         if core and kind.startswith("flash"):
             fwd_q, bwd_q = hw.flash_fractions(kind)
             forward = g.flops / 2 / (hw.peak_flops * fwd_q)
             backward = FLASH_BWD_MATMULS * g.flops / 2 / (hw.peak_flops * bwd_q)
             flash[0] += forward
-            flash[1] += forward * core_reruns + backward
+            flash[1] += forward * reruns + backward
             continue
         if terms.gemm_shape:
             fwd, bwd = forward_backward_time(g, hw)
@@ -295,23 +314,26 @@ def _layer_passes(model: ModelConfig, layout: Layout, hw: Hardware, terms: Terms
             fwd = g.flops / hw.peak_flops
             bwd = 2 * fwd
         gemm[0] += fwd
-        gemm[1] += fwd * (core_reruns if core else full) + bwd
+        gemm[1] += fwd * reruns + bwd
     if terms.memory:
         h, s, act = model.hidden, model.seq_len, model.activation_bytes
         fwd_units = ELEMENTWISE_FWD + (DROPOUT_FWD if model.dropout else 0)
+        skipped = EARLY_STOP_ELEMENTWISE + (EARLY_STOP_DROPOUT if model.dropout else 0)
+        rerun_units = fwd_units - (skipped if layout.recompute_early_stop else 0)
         shard = tp if layout.sequence_parallel else 1
         ffn = model.ffn_hidden / tp / h
         act_fwd, act_bwd = (3 * ffn, 5 * ffn) if model.gated_mlp else (2 * ffn, 3 * ffn)
         unit = b * s * h * act / hw.hbm_bw
         memory[0] += (fwd_units / shard + act_fwd) * unit
-        memory[1] += (fwd_units * (2 + full) / shard + act_fwd * full + act_bwd) * unit
+        memory[1] += ((2 * fwd_units + rerun_units * full) / shard + act_fwd * full
+                      + act_bwd) * unit
         if kind in SCORE_BYTES:
             fwd_b, bwd_b = SCORE_BYTES[kind]
             if model.dropout:
                 fwd_b, bwd_b = fwd_b + DROPOUT_SCORE_BYTES, bwd_b + DROPOUT_SCORE_BYTES
             scores = b * (model.heads / tp) * s * s / hw.hbm_bw
             memory[0] += scores * fwd_b
-            memory[1] += scores * (fwd_b * core_reruns + bwd_b)
+            memory[1] += scores * (fwd_b * forward_reruns("scores", layout) + bwd_b)
     return (gemm[0], flash[0], memory[0]), (gemm[1], flash[1], memory[1])
 
 

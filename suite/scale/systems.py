@@ -27,6 +27,7 @@ class System:
     dp_mode: str = "allreduce"
     grad_bytes: int = 4
     loss: str = "megatron"
+    recompute_early_stop: bool = False  # PyTorch's non-reentrant checkpoint, torch >= 2.1
 
     def layout_defaults(self, virtual_stages: int, full_recompute: float,
                         sequence_parallel: bool = False) -> dict:
@@ -37,7 +38,8 @@ class System:
             if self.tp_backward_only else self.tp_overlap
         return {"tp_overlap": tp, "pp_overlap": self.pp_overlap, "dp_overlap": dp,
                 "attention": self.attention, "dp_mode": self.dp_mode,
-                "grad_bytes": self.grad_bytes, "loss": self.loss}
+                "grad_bytes": self.grad_bytes, "loss": self.loss,
+                "recompute_early_stop": self.recompute_early_stop}
 
 
 SYSTEMS: dict[str, System] = {
@@ -68,9 +70,10 @@ SYSTEMS: dict[str, System] = {
     "llm-foundry (H100)": System("H100", dp_overlap=1.0, attention="flash", dp_mode="fsdp",
                                  loss="fused"),
     # torchtitan (2024, docs/performance.md): FSDP2 with prefetch, SDPA's flash kernel, the
-    # loss on fp32-cast logits (train.py: cross_entropy(pred.float(), ...))
+    # loss on fp32-cast logits (train.py: cross_entropy(pred.float(), ...)), activation
+    # checkpointing by torch's non-reentrant checkpoint_wrapper on a 2024 nightly (early stop)
     "torchtitan (A100)": System("A100-80GB", dp_overlap=1.0, attention="flash", dp_mode="fsdp",
-                                loss="eager"),
+                                loss="eager", recompute_early_stop=True),
     # BLOOM-176B (bigscience tr11): Megatron-DeepSpeed, DeepSpeed's BF16 optimizer sharding the
     # optimizer state (ZeRO-1) with fp32 gradients, which its pipeline engine all-reduces in
     # full (PipelineEngine._bf16_reduce_grads: buffered_allreduce_fallback over the optimizer's

@@ -98,8 +98,10 @@ class TrainConfig:
                                 tied_embeddings=m.tied)
 
     def flops(self) -> FlopCount:
+        # the reference GPT checkpoints with torch's non-reentrant checkpoint, which does not
+        # re-run a block's MLP output projection (HFU counts what the hardware runs)
         return count_flops(self.shape(), causal_halving=False, include_embeddings=True,
-                           recompute=self.model.checkpointing)
+                           recompute=self.model.checkpointing, recompute_early_stop=True)
 
     def size_label(self) -> str:
         m = self.model
