@@ -978,6 +978,17 @@ def test_what_if_cli(capsys):
     assert main(args + ["--first-stage-layers", "11"]) == 2
     assert "the other 85 of layers=96 do not split evenly over 7 middle" in \
         capsys.readouterr().err
+    # full recompute as torch's non-reentrant checkpoint runs it: the system's unless given
+    runs = {}
+    for flag in ([], ["--recompute-early-stop"], ["--system", "torchtitan (A100)"],
+                 ["--system", "torchtitan (A100)", "--no-recompute-early-stop"]):
+        assert main([a if a != "selective" else "full" for a in args] + flag) == 0
+        out = json.loads(capsys.readouterr().out)
+        runs[" ".join(flag)] = (out["layout"]["recompute_early_stop"], out["iteration_time_s"])
+    assert runs[""][0] is False and runs["--recompute-early-stop"][0] is True
+    assert runs["--recompute-early-stop"][1] < runs[""][1]
+    assert runs["--system torchtitan (A100)"][0] is True
+    assert runs["--system torchtitan (A100) --no-recompute-early-stop"][0] is False
 
 
 def test_the_systems_overlaps_follow_recompute():

@@ -7,6 +7,7 @@ import argparse
 import json
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from suite.scale.hardware import HARDWARE
@@ -51,6 +52,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     layout.add_argument("--attention", choices=ATTENTION, help="default: the system's")
     layout.add_argument("--dp-mode", choices=DP_MODES, help="default: the system's")
     layout.add_argument("--loss", choices=sorted(LOSS_KINDS), help="default: the system's")
+    layout.add_argument("--recompute-early-stop", action=argparse.BooleanOptionalAction,
+                        help="full recompute as torch's non-reentrant checkpoint runs it (torch "
+                             ">= 2.1: not the MLP's output projection); default: the system's")
     machine = whatif.add_argument_group("machine and system")
     machine.add_argument("--gpu", "--hardware", dest="gpu", choices=sorted(HARDWARE),
                          default="H100")
@@ -108,6 +112,8 @@ def run(args: argparse.Namespace) -> int:
 
     model = _model(args)
     spec = SYSTEMS[args.system]
+    if args.recompute_early_stop is not None:
+        spec = replace(spec, recompute_early_stop=args.recompute_early_stop)
     hw, fitted_on = fitted_hardware(args.gpu, args.system, args.gemm_efficiency,
                                     args.straggler, args.paper_dir)
     if args.search:
