@@ -1006,6 +1006,9 @@ def test_the_systems_overlaps_follow_recompute():
     assert spec.layout_defaults(1, 1.0, True)["tp_overlap"] == pytest.approx(2 / 7)
     assert [tp_collectives_per_layer(f, sp) for f in (0.0, 0.5, 1.0) for sp in (False, True)] \
         == [4, 5, 5, 6, 6, 7]
+    # an early-stopping recompute does not re-run the MLP output projection's reduction
+    assert [tp_collectives_per_layer(f, sp, early_stop=True) for f in (0.0, 1.0)
+            for sp in (False, True)] == [4, 5, 5, 6]
     assert SYSTEMS["Megatron-LM"].layout_defaults(1, 0.0, True)["tp_overlap"] == \
         pytest.approx(2 / 5)
     assert SYSTEMS["MegaScale"].layout_defaults(6, 0.0)["dp_overlap"] == pytest.approx(5 / 6)

@@ -29,9 +29,10 @@ A stage's slot:
              cross entropy's HBM traffic per logit (``Layout.loss``: Megatron's unfused fp32
              vocab-parallel loss 52 bytes, eager PyTorch on fp32-cast logits 36, a fused kernel
              6; ``suite.scale.layout.LOSS_KINDS``).
-  TP         4 collectives of b*s*h activations per layer (6 with full recompute), ring bytes
-             2(t-1)/t each over NVLink, plus NCCL's latency; sequence parallelism moves the same
-             bytes as reduce-scatter + all-gather (Korthikanti et al. 2022 Sec. 4.2.2), and
+  TP         4 collectives of b*s*h activations per layer (6 with full recompute, 5 when it
+             stops early), ring bytes 2(t-1)/t each over NVLink, plus NCCL's latency; sequence
+             parallelism moves the same bytes as reduce-scatter + all-gather (Korthikanti et
+             al. 2022 Sec. 4.2.2), and
              half an all-reduce's more per column-parallel linear in the backward, to gather its
              sharded input again (``tp_collectives_per_layer``).
   PP         the b*s*h/tp slice at each of the v*p - 1 chunk boundaries, forward and backward,
@@ -168,14 +169,16 @@ def allreduce_latency(ranks: int, nodes: int, hw: Hardware) -> float:
     return min(ring_latency(ranks, nodes, hw), tree_latency(ranks, nodes, hw))
 
 
-def tp_collectives_per_layer(full_recompute: float, sequence_parallel: bool = False) -> float:
+def tp_collectives_per_layer(full_recompute: float, sequence_parallel: bool = False,
+                             early_stop: bool = False) -> float:
     """All-reduces' worth of TP traffic per layer: 2 forward + 2 backward, the recomputed
-    forward's 2 on the layers fully recomputed (``Layout.full_recompute``: their share), and
+    forward's 2 on the layers fully recomputed (``Layout.full_recompute``: their share; 1 with
+    ``early_stop``, which does not re-run the MLP's output projection and its reduction), and
     with sequence parallelism 1 more in the backward: the two column-parallel linears keep
     their input sharded (where SP's memory saving comes from) and all-gather it again for the
     weight gradient (Megatron-LM's LinearWithGradAccumulationAndAsyncCommunication.backward,
     2022 onwards: half an all-reduce's bytes each)."""
-    return 4 + 2 * full_recompute + (1 if sequence_parallel else 0)
+    return 4 + (1 if early_stop else 2) * full_recompute + (1 if sequence_parallel else 0)
 
 
 def dp_ranks_per_node(layout: Layout, hw: Hardware) -> int:
@@ -365,7 +368,8 @@ def _tp_allreduce_seconds(model: ModelConfig, layout: Layout, hw: Hardware,
 def tp_seconds_per_layer(model: ModelConfig, layout: Layout, hw: Hardware,
                          terms: Terms = ALL_TERMS) -> float:
     """One layer's exposed TP collectives per micro-batch ((1 - tp_overlap) of them)."""
-    collectives = tp_collectives_per_layer(layout.full_recompute, layout.sequence_parallel)
+    collectives = tp_collectives_per_layer(layout.full_recompute, layout.sequence_parallel,
+                                           layout.recompute_early_stop)
     return (1 - layout.tp_overlap) * collectives * _tp_allreduce_seconds(model, layout, hw, terms)
 
 
@@ -377,7 +381,8 @@ def layer_passes(model: ModelConfig, layout: Layout, hw: Hardware,
     the backward's first, where the systems hide them."""
     forward, backward = _layer_passes(model, layout, hw, terms)
     one = _tp_allreduce_seconds(model, layout, hw, terms)
-    total = tp_collectives_per_layer(layout.full_recompute, layout.sequence_parallel)
+    total = tp_collectives_per_layer(layout.full_recompute, layout.sequence_parallel,
+                                     layout.recompute_early_stop)
     hidden, in_backward = layout.tp_overlap * total, total - 2
     tp_forward = (2 - max(0.0, hidden - in_backward)) * one
     tp_backward = max(0.0, in_backward - hidden) * one

@@ -34,7 +34,8 @@ class System:
         """Layout fields this system sets unless a run sets them (``full_recompute``: the
         share of layers fully recomputed)."""
         dp = 1 - 1 / virtual_stages if self.dp_all_but_one_chunk else self.dp_overlap
-        tp = 2 / tp_collectives_per_layer(full_recompute, sequence_parallel) \
+        tp = 2 / tp_collectives_per_layer(full_recompute, sequence_parallel,
+                                          self.recompute_early_stop) \
             if self.tp_backward_only else self.tp_overlap
         return {"tp_overlap": tp, "pp_overlap": self.pp_overlap, "dp_overlap": dp,
                 "attention": self.attention, "dp_mode": self.dp_mode,
