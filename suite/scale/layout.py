@@ -21,8 +21,9 @@ Vocabularies (one place):
 - ``DP_MODES``: allreduce (DDP's gradient all-reduce); zero1, zero2 (the distributed optimizer:
   gradient reduce-scatter and parameter all-gather, optimizer state, and for zero2 the
   gradients, sharded); zero1_allreduce (the optimizer state sharded as zero1, but the fp32
-  gradients all-reduced in full: DeepSpeed's BF16 optimizer under its pipeline engine,
-  ``PipelineEngine._bf16_reduce_grads``); fsdp (ZeRO-3: parameters sharded too, all-gathered
+  gradients all-reduced in full, at ``grad_bytes`` on the wire: DeepSpeed's BF16 optimizer
+  under its pipeline engine, ``PipelineEngine._bf16_reduce_grads``, which also accumulates
+  them outside the GEMMs after each micro-batch); fsdp (ZeRO-3: parameters sharded too, all-gathered
   per micro-batch).
 - ``LOSS_KINDS``: the cross entropy's kernels (below).
 

@@ -4,10 +4,16 @@ layout that cannot fit is marked, not ranked.
 State per parameter (mixed-precision Adam): Megatron and DeepSpeed keep 2-byte weights, a
 ``grad_bytes`` gradient (4: fp32 main gradients) and 12 bytes of optimizer state (fp32 master
 weights, two fp32 moments); zero1 shards the 12 over DP, zero2 the gradients too.
-zero1_allreduce (DeepSpeed's BF16 optimizer under its pipeline engine) also keeps the model's
-own 2-byte gradients beside the fp32 ones it accumulates into: the engine copies them over
-after each micro-batch's backward without freeing them (``PipelineEngine._exec_backward_pass``:
-``update_hp_grads(clear_lp_grads=False)``). FSDP
+zero1_allreduce (DeepSpeed's BF16 optimizer under its pipeline engine) accumulates into fp32
+gradients (4 bytes, whatever dtype ``grad_bytes`` says they cross the wire in) and also keeps the
+model's own 2-byte gradients beside them: the engine copies them over after each micro-batch's
+backward without freeing them (``PipelineEngine._exec_backward_pass``:
+``update_hp_grads(clear_lp_grads=False)``). Its all-reduce casts the flat fp32 buffer to the
+wire dtype first (``DeepSpeedEngine.allreduce_bucket``: ``tensor.to(communication_data_type)``),
+so with a 2-byte wire it needs a 2-byte copy of a parameter group's gradients while the
+reduction runs (the weights' group holds nearly all of them: counted as all)
+(``Memory.transient``): after the last backward, when the activations are gone, so a stage's
+peak is its state plus the larger of the two. FSDP
 (PyTorch's FlatParameter, FSDP2's DTensor) keeps the sharded parameters themselves in fp32 (the
 master copy: 4 bytes), their gradients (4) and the two moments (8), all over DP, plus the
 gathered 2-byte parameters and gradients of the unit in use and the one prefetched (two
@@ -49,22 +55,27 @@ from suite.scale.step import stage_params
 
 OPTIMIZER_BYTES = 12
 BF16_GRAD_BYTES = 2  # zero1_allreduce: the model's bf16 gradients, kept
+FP32_GRAD_BYTES = 4  # zero1_allreduce: the fp32 gradients it accumulates into
 RESERVE_BYTES = 2 * 1024 ** 3
 
 
 @dataclass(frozen=True)
 class Memory:
-    """Bytes on the fullest GPU (its stage), by kind."""
+    """Bytes on the fullest GPU (its stage), by kind. ``transient``: what the gradient
+    reduction allocates after the last backward has freed the activations."""
     stage: int
     weights: float
     gradients: float
     optimizer: float
     activations: float
     capacity: float
+    transient: float = 0.0
 
     @property
     def total(self) -> float:
-        return self.weights + self.gradients + self.optimizer + self.activations
+        """The peak: the state, and the activations or the reduction's buffer."""
+        return (self.weights + self.gradients + self.optimizer
+                + max(self.activations, self.transient))
 
     @property
     def fits(self) -> bool:
@@ -114,12 +125,15 @@ def stage_memory(model: ModelConfig, layout: Layout, hw: Hardware) -> list[Memor
     stages = []
     for i, (layers, params) in enumerate(zip(split, stage_params(model, layout))):
         weights, grads, optim = 2 * params, layout.grad_bytes * params, OPTIMIZER_BYTES * params
+        transient = 0.0
         if layout.shards_optimizer:
             optim /= d
         if layout.dp_mode in ("zero2", "fsdp"):
             grads /= d
         if layout.dp_mode == "zero1_allreduce":
-            grads += BF16_GRAD_BYTES * params
+            grads = (FP32_GRAD_BYTES + BF16_GRAD_BYTES) * params
+            if layout.grad_bytes != FP32_GRAD_BYTES:
+                transient = layout.grad_bytes * params
         if layout.dp_mode == "fsdp":
             unit = 2 * model.layer_params / layout.tp  # two layers' parameters
             weights = 4 * params / d + 2 * unit
@@ -132,7 +146,8 @@ def stage_memory(model: ModelConfig, layout: Layout, hw: Hardware) -> list[Memor
         if i == p - 1:
             acts += (LOSS_KINDS[layout.loss][1] * layout.micro_batch * model.seq_len
                      * model.vocab / layout.tp)
-        stages.append(Memory(i, weights, grads, optim, acts, hw.hbm_bytes - RESERVE_BYTES))
+        stages.append(Memory(i, weights, grads, optim, acts, hw.hbm_bytes - RESERVE_BYTES,
+                             transient))
     return stages
 
 

@@ -24,7 +24,13 @@ A stage's slot:
              forward (with ``recompute_early_stop`` all but the last residual add, 3, and
              dropout, 2). The MLP activation on the ffn/tp hidden: GELU forward reads and writes
              it (2 ffn), backward 3 ffn; a gated MLP (SwiGLU) reads two and writes one (3 ffn),
-             backward 5 ffn.
+             backward 5 ffn. zero1_allreduce (DeepSpeed's BF16 optimizer) adds its fp32
+             gradients to themselves after each micro-batch's backward, outside the GEMMs
+             (``BF16_Optimizer.update_hp_grads``: ``hp.add_(lp.grad.to(fp32))``, the cast
+             reading 2 bytes and writing 4, the add reading 4 + 4 and writing 4): 18 bytes
+             per parameter of the stage (``HP_GRAD_ACCUMULATION_BYTES``). Megatron's fp32
+             main gradients accumulate inside the weight-gradient GEMM instead
+             (``--gradient-accumulation-fusion``), FSDP's reduce-scatter into the shard.
   logits     the last stage's output GEMM (forward + backward, never recomputed) and its
              cross entropy's HBM traffic per logit (``Layout.loss``: Megatron's unfused fp32
              vocab-parallel loss 52 bytes, eager PyTorch on fp32-cast logits 36, a fused kernel
@@ -95,6 +101,7 @@ ELEMENTWISE_FWD, DROPOUT_FWD = 10, 4  # h-sized activations per token: norms + r
 # add (2 reads, 1 write) and, with dropout, the dropout before it (read, write)
 EARLY_STOP_ELEMENTWISE, EARLY_STOP_DROPOUT = 3, 2
 ADAM_BYTES_PER_PARAM = 42
+HP_GRAD_ACCUMULATION_BYTES = 18  # zero1_allreduce, per parameter and micro-batch (docstring)
 DP_BUCKET_PARAMS = 40_000_000
 NCCL_BASE_LATENCY = 8.4e-6
 FLASH_BWD_MATMULS = 2.5  # FlashAttention's backward: 5 matmuls to the forward's 2
@@ -451,6 +458,8 @@ def stage_works(model: ModelConfig, layout: Layout, hw: Hardware,
             share = 1.0 if last else 0.0
         stage_gemm = layers * gemm + share * logits_gemm
         stage_memory = layers * memory + share * loss
+        if layout.dp_mode == "zero1_allreduce" and terms.memory:
+            stage_memory += HP_GRAD_ACCUMULATION_BYTES * params[i] / hw.hbm_bw
         stage_flash = layers * flash
         fsdp = 0.0
         if layout.dp_mode == "fsdp" and layout.dp > 1:

@@ -78,8 +78,13 @@ SYSTEMS: dict[str, System] = {
     # BLOOM-176B (bigscience tr11): Megatron-DeepSpeed, DeepSpeed's BF16 optimizer sharding the
     # optimizer state (ZeRO-1) with fp32 gradients, which its pipeline engine all-reduces in
     # full (PipelineEngine._bf16_reduce_grads: buffered_allreduce_fallback over the optimizer's
-    # fp32 gradients), Megatron's fused softmax, nothing overlapped
-    "Megatron-DeepSpeed (BLOOM, Jean Zay)": System("A100-80GB", dp_mode="zero1_allreduce"),
+    # fp32 gradients), cast to bf16 for the wire: DeepSpeed's communication_data_type was bf16
+    # for bf16 without ZeRO from 2021-11 (#1487) until fp32 became the default in 2023-03
+    # (#2970), on the olruwase/bf16-updates commits BigScience ran (15293139f of 2022-02-28,
+    # the search's day; 77b649d16 and 5ea1c60f8, the training's); tr11's ds_config sets none.
+    # Megatron's fused softmax, nothing overlapped
+    "Megatron-DeepSpeed (BLOOM, Jean Zay)": System("A100-80GB", dp_mode="zero1_allreduce",
+                                                   grad_bytes=2),
 }
 
 
