@@ -999,6 +999,9 @@ def test_what_if_cli(capsys):
     by_stage = out["memory_by_stage_gib"]  # the fullest stage is the one that must fit
     assert len(by_stage) == 8 and out["memory_gib"] == by_stage[out["memory_stage"]] == \
         max(by_stage)
+    kinds = out["memory_breakdown_gib"]  # why it fits or not: the fullest stage by kind
+    assert kinds["transient"] == 0 and out["memory_gib"] == pytest.approx(
+        kinds["weights"] + kinds["gradients"] + kinds["optimizer"] + kinds["activations"])
     assert main(args[:-1]) == 0
     assert "iteration time" in capsys.readouterr().out
     assert main(["scale-model", "--gpus", "1000", "--gemm-efficiency", "0.7",
@@ -1008,6 +1011,8 @@ def test_what_if_cli(capsys):
     assert main(args[:-1] + ["--first-stage-layers", "10", "--last-stage-layers", "14"]) == 0
     text = capsys.readouterr().out
     assert "(v 2, ends 10/14)" in text and "usable on stage 7 (first stage" in text
+    assert re.search(r"\n  weights [\d.]+, gradients [\d.]+, optimizer [\d.]+, "
+                     r"activations [\d.]+\n", text)
     assert main(args + ["--first-stage-layers", "11"]) == 2
     assert "the other 85 of layers=96 do not split evenly over 7 middle" in \
         capsys.readouterr().err

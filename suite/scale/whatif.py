@@ -11,7 +11,7 @@ from typing import Any
 from suite.scale.datasets import CALIBRATION, all_runs, load_paper
 from suite.scale.hardware import Hardware, preset
 from suite.scale.layout import Layout
-from suite.scale.memory import fullest, stage_memory
+from suite.scale.memory import Memory, fullest, stage_memory
 from suite.scale.model import ModelConfig
 from suite.scale.search import SearchResult
 from suite.scale.step import estimate
@@ -46,7 +46,17 @@ def _result(model: ModelConfig, hw: Hardware, layout: Layout) -> dict[str, Any]:
             "mfu_percent": 100 * est.mfu, "hfu_percent": 100 * est.hfu,
             "memory_gib": mem.total / 2 ** 30, "memory_capacity_gib": mem.capacity / 2 ** 30,
             "memory_stage": mem.stage, "memory_by_stage_gib": [m.total / 2 ** 30 for m in stages],
-            "fits": mem.fits, "breakdown_s": est.breakdown}
+            "memory_breakdown_gib": memory_breakdown(mem), "fits": mem.fits,
+            "breakdown_s": est.breakdown}
+
+
+MEMORY_KINDS = ("weights", "gradients", "optimizer", "activations", "transient")
+
+
+def memory_breakdown(mem: Memory) -> dict[str, float]:
+    """The fullest stage's GiB by kind; its total is the state plus the larger of the
+    activations and the transient (``Memory.total``)."""
+    return {kind: getattr(mem, kind) / 2 ** 30 for kind in MEMORY_KINDS}
 
 
 def what_if(model: ModelConfig, hw: Hardware, layout: Layout, system: str,
@@ -94,7 +104,9 @@ def as_text(result: dict[str, Any]) -> str:
              + (f" (first stage {result['memory_by_stage_gib'][0]:.1f}, last "
                 f"{result['memory_by_stage_gib'][-1]:.1f})"
                 if len(result["memory_by_stage_gib"]) > 1 else "")
-             + ("" if result["fits"] else "  DOES NOT FIT")]
+             + ("" if result["fits"] else "  DOES NOT FIT"),
+             "  " + ", ".join(f"{kind} {gib:.1f}" for kind, gib in
+                              result["memory_breakdown_gib"].items() if gib)]
     total = result["iteration_time_s"]
     for name, seconds in result["breakdown_s"].items():
         lines.append(f"  {name.removesuffix('_s'):14s} {seconds:8.3f} s  "
