@@ -190,6 +190,44 @@ def test_a_60_layer_model_on_8_stages():
     assert est.iteration_time_s == pytest.approx((8 + 7) * slot)  # m = 8, p - 1 = 7
 
 
+def _one_f_one_b(forward: list[float], backward: list[float], m: int) -> float:
+    """Makespan of Megatron's non-interleaved 1F1B schedule, simulated op by op: stage k runs
+    p - 1 - k warm-up forwards, then one forward and one backward in turn; a forward waits for
+    the stage before, a backward for the stage after (the last stage's for its own forward)."""
+    p = len(forward)
+    orders = []
+    for k in range(p):
+        warm = min(p - 1 - k, m)
+        order = [("F", i) for i in range(warm)]
+        for i in range(m):
+            order += ([("F", warm + i)] if warm + i < m else []) + [("B", i)]
+        orders.append(order)
+    done, clock, nxt = {}, [0.0] * p, [0] * p
+    while any(nxt[k] < len(orders[k]) for k in range(p)):
+        for k in range(p):
+            while nxt[k] < len(orders[k]):
+                kind, i = orders[k][nxt[k]]
+                dep = (0.0 if k == 0 else done.get(("F", k - 1, i))) if kind == "F" else \
+                    done.get(("B", k + 1, i) if k < p - 1 else ("F", k, i))
+                if dep is None:
+                    break
+                clock[k] = max(clock[k], dep) + (forward[k] if kind == "F" else backward[k])
+                done[(kind, k, i)], nxt[k] = clock[k], nxt[k] + 1
+    return max(clock)
+
+
+def test_the_slowest_stage_paces_the_pipeline_as_a_simulated_1f1b_schedule_does():
+    """``slots x slowest slot`` (the stage-imbalance term) against the schedule itself: even
+    stages give (m + p - 1) slots exactly; a last stage 6% slower (a 1T model's 2 layers and its
+    output layer) costs 5.3% simulated, the model charges 6%: it errs by the bubble's slots."""
+    p, m = 16, 128
+    even = _one_f_one_b([1.0] * p, [3.0] * p, m)
+    assert even == pytest.approx((m + p - 1) * 4)
+    slow = _one_f_one_b([1.0] * (p - 1) + [1.06], [3.0] * (p - 1) + [3.18], m)
+    assert 1.05 < slow / even < 1.06
+    assert slow == pytest.approx(m * 4 * 1.06 + (p - 1) * 4, rel=0.002)
+
+
 def test_the_embeddings_sit_on_the_end_stages():
     """The first stage holds the word and position embeddings, the last the output layer (a tied
     model keeps its own copy of the word embedding there) and the final norm; one stage, all of
