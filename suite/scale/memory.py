@@ -11,9 +11,9 @@ backward without freeing them (``PipelineEngine._exec_backward_pass``:
 ``update_hp_grads(clear_lp_grads=False)``). Its all-reduce casts the flat fp32 buffer to the
 wire dtype first (``DeepSpeedEngine.allreduce_bucket``: ``tensor.to(communication_data_type)``),
 so with a 2-byte wire it needs a 2-byte copy of a parameter group's gradients while the
-reduction runs (the weights' group holds nearly all of them: counted as all)
-(``Memory.transient``): after the last backward, when the activations are gone, so a stage's
-peak is its state plus the larger of the two. FSDP
+reduction runs (``Memory.transient``; the weights' group holds nearly all of them, counted as
+all). That is after the last backward, when the activations are gone, so a stage's peak is its
+state plus the larger of the two. FSDP
 (PyTorch's FlatParameter, FSDP2's DTensor) keeps the sharded parameters themselves in fp32 (the
 master copy: 4 bytes), their gradients (4) and the two moments (8), all over DP, plus the
 gathered 2-byte parameters and gradients of the unit in use and the one prefetched (two
