@@ -174,11 +174,17 @@ def _validate(args: argparse.Namespace) -> int:
     for line in weak:
         print(f"warning: {line}", file=sys.stderr)
     cols = ["label", "paper_iteration_time_s", "predicted_iteration_time_s",
-            "iteration_time_rel_error", "peer_fitted_time_s", "calibration"]
+            "iteration_time_rel_error", "peer_fitted_time_s", "calibration",
+            *(["outcome"] if (table.outcome == "oom").any() else []),
+            *(["paper_memory_gib"] if table.paper_memory_gib.notna().any() else []),
+            "predicted_memory_gib", "predicted_fits"]
     print(table[cols].rename(columns={"paper_iteration_time_s": "measured_s",
                                       "predicted_iteration_time_s": "model_s",
                                       "iteration_time_rel_error": "error",
-                                      "peer_fitted_time_s": "llm_analysis_s"})
+                                      "peer_fitted_time_s": "llm_analysis_s",
+                                      "paper_memory_gib": "measured_gib",
+                                      "predicted_memory_gib": "model_gib",
+                                      "predicted_fits": "fits"})
           .to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     for name, summary in (("scale model", ours), (peer.PEER, theirs)):
         for r in summary.itertuples():
@@ -189,4 +195,11 @@ def _validate(args: argparse.Namespace) -> int:
                   + (f"; {r.sweeps} sweeps: top-1 regret {r.top1_regret_pct:.1f}%"
                      + (f", Spearman {r.spearman:.2f}" if not math.isnan(r.spearman) else "")
                      if r.sweeps else ""))
+    for r in ours.itertuples():
+        if r.memory_runs or r.oom_runs or r.ran_marked_oom:
+            print(f"memory on {r.dataset}: "
+                  + (f"the model's peak is {r.memory_ratio_min:.2f}-{r.memory_ratio_max:.2f} "
+                     f"of the measured on {r.memory_runs} runs; " if r.memory_runs else "")
+                  + f"it marks {r.oom_marked} of the {r.oom_runs} runs that ran out of memory "
+                  f"and {r.ran_marked_oom} of the {r.fit_checked} that ran")
     return 0

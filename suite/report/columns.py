@@ -54,6 +54,18 @@ BERT_COLUMNS: list[Column] = [
 ]
 
 
+def _memory_verdict(row: dict[str, Any]) -> str:
+    """The memory model's peak on the fullest GPU and whether it fits; "ran out of memory"
+    where the run did."""
+    gib = fmt(row.get("predicted_memory_gib"), ".1f")
+    fits = row.get("predicted_fits")
+    if gib == "–" or fits is None:
+        return "–"
+    verdict = "fits" if fits in (True, "True", "true") else "does not fit"
+    ran_out = " (ran out of memory)" if row.get("outcome") == "oom" else ""
+    return f"{gib} ({verdict}){ran_out}"
+
+
 def _fitted(row: dict[str, Any]) -> str:
     """Whether the scale model was fitted on the run, and if so whether the run hardly fixes the
     GEMM ceiling (``suite.scale.validate.weak_calibration``)."""
@@ -84,6 +96,8 @@ SCALE_COLUMNS: list[Column] = [
     ("exposed TP/PP/DP s", lambda r: "/".join(fmt(r.get(k), ".2f") for k in
                                               ("tp_exposed_s", "pp_exposed_s", "dp_exposed_s"))),
     ("sync s", _num("sync_s", ".2f")),
+    ("paper GiB", _num("paper_memory_gib", ".1f")),
+    ("model GiB (fits)", _memory_verdict),
     ("fitted run", _fitted),
 ]
 TRAIN_COLUMNS: list[Column] = [

@@ -441,14 +441,18 @@ def bloom_rows(table: pd.DataFrame) -> pd.DataFrame:
 
 def bloom_search_rows(table: pd.DataFrame) -> pd.DataFrame:
     """BLOOM's topology search of 2022-02-28: five model shapes, each under the layouts tried,
-    on the final run's software and cluster; the runs that ran out of memory are not timed
-    (the memory model's test checks them)."""
+    on the final run's software and cluster. The runs that ran out of memory come as outcome
+    oom, without a time; the others carry the memory nvidia-smi showed on the first node, which
+    holds stage 0 (DeepSpeed orders ranks TP, then DP, then PP), the fullest stage in the
+    memory model for every layout here (a test holds it). nvidia-smi shows MiB and the
+    chronicles call the 80 GiB card's usable maximum "77GB", so the "GB" are taken as GiB."""
     return pd.DataFrame([
         _bloom_row(r, "bloom176b_search",
                    f"{r.layers}x{r.hidden} h{r.heads} tp{r.tp} pp{r.pp} mb{r.micro_batch}",
                    first_stage_layers=r.first_stage_layers,
-                   last_stage_layers=r.last_stage_layers, recompute=r.recompute)
-        for r in table[table.outcome == "ok"].itertuples(index=False)])
+                   last_stage_layers=r.last_stage_layers, recompute=r.recompute,
+                   outcome=r.outcome.lower(), memory_gib=r.nvidia_smi_gb)
+        for r in table.itertuples(index=False)])
 
 
 ADAPTERS = {"narayanan": narayanan_rows, "h100": h100_rows, "korthikanti": korthikanti_rows,

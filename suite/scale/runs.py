@@ -34,7 +34,11 @@ Columns (empty = not given; names are exact, an unknown column is an error):
                 MFU is what is compared), or layer_time_ms: one layer's forward + backward (and
                 recompute) per micro-batch on its TP group, as a benchmark of one layer times it
                 (then that is what is compared and fitted: it leaves out the optimizer, the
-                embeddings and the step's fixed costs); at least one
+                embeddings and the step's fixed costs); at least one, unless the run ran out
+                of memory
+  memory        outcome (ok | oom: the run ran out of memory, and has no time), memory_gib
+                (the peak on the fullest GPU, GiB, as nvidia-smi or torch's max reserved
+                shows it): compared with the memory model (``suite.scale.memory``), never fitted
 Booleans read true/false/1/0/yes/no. Each bad row is one error line naming the file, the row (1
 = the first data row), its id and the column.
 """
@@ -58,13 +62,14 @@ INTEGER = ("layers", "hidden", "heads", "seq_len", "vocab", "kv_heads", "ffn_hid
            "first_stage_layers", "last_stage_layers", "grad_bytes", "gpus_per_node", "sms")
 NUMBER = ("peak_tflops", "hbm_gbps", "hbm_gb", "nvlink_gbps", "network_gbps",
           "network_busbw_gbps", "iteration_time_s", "tokens_per_s", "mfu_percent",
-          "layer_time_ms")
+          "layer_time_ms", "memory_gib")
 FRACTION = ("tp_overlap", "pp_overlap", "dp_overlap", "recompute_fraction")
 BOOLEAN = ("gated_mlp", "tied_embeddings", "position_embeddings", "dropout", "sequence_parallel",
            "recompute_early_stop")
+OUTCOMES = ("ok", "oom")  # ran; ran out of memory
 CHOICES = {"gpu": tuple(sorted(HARDWARE)), "system": tuple(sorted(SYSTEMS)),
            "recompute": RECOMPUTE, "attention": ATTENTION, "dp_mode": DP_MODES, "norm": NORMS,
-           "loss": tuple(LOSS_KINDS)}
+           "loss": tuple(LOSS_KINDS), "outcome": OUTCOMES}
 TEXT = ("id", "group", "dataset", "notes")
 CUSTOM_GPU = ("peak_tflops", "hbm_gbps", "nvlink_gbps", "network_gbps", "sms")
 MEASURED = ("iteration_time_s", "tokens_per_s", "mfu_percent", "layer_time_ms")
@@ -102,6 +107,8 @@ class Run:
     iteration_time_s: float | None
     mfu_percent: float | None
     layer_time_s: float | None = None  # one layer's measured time (``layer_time_ms``)
+    memory_gib: float | None = None  # the measured peak on the fullest GPU
+    outcome: str = "ok"  # "oom": ran out of memory, no time
 
     @property
     def gpus(self) -> int:
@@ -158,8 +165,13 @@ def _row_errors(row: dict, system_like: str | None) -> list[str]:
                       f"{list(CUSTOM_GPU)}")
     if "gpus" not in row and "dp" not in row:
         errors.append("column gpus: empty (give gpus or dp)")
-    if not any(c in row for c in MEASURED):
-        errors.append(f"column iteration_time_s: empty; a run needs one of {list(MEASURED)}")
+    if row.get("outcome") == "oom":
+        if any(c in row for c in MEASURED):
+            errors.append("column outcome: oom, so the run has no time; leave "
+                          f"{[c for c in MEASURED if c in row]} empty")
+    elif not any(c in row for c in MEASURED):
+        errors.append(f"column iteration_time_s: empty; a run needs one of {list(MEASURED)} "
+                      "(or outcome oom)")
     if "layer_time_ms" in row and any(c in row for c in MEASURED if c != "layer_time_ms"):
         errors.append("column layer_time_ms: one layer's time, so the row measures nothing else; "
                       "give iteration_time_s, tokens_per_s and mfu_percent on a row of their own")
@@ -217,7 +229,8 @@ def _run(row: dict, dataset: str, system_like: str | None) -> Run:
                                  f"{layout.gpus} GPUs")
     layer = row["layer_time_ms"] / 1e3 if "layer_time_ms" in row else None
     return Run(row.get("dataset", dataset), name or "(plain)", row["id"], group, model, layout,
-               hw, time, row.get("mfu_percent"), layer)
+               hw, time, row.get("mfu_percent"), layer, row.get("memory_gib"),
+               row.get("outcome", "ok"))
 
 
 def runs_from_frame(frame: pd.DataFrame, source: str, system_like: str | None = None) -> list[Run]:

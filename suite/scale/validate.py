@@ -4,7 +4,9 @@ iteration-time error, the share within 10%, MFU errors in points, and within lay
 (groups of one model, sequence length and GPU count with 2+ measured layouts, compared on time
 per sequence, as their batches may differ) the Spearman rank correlation of predicted and
 measured time (groups of 3+) and the top-1 regret (the measured time of the layout the model
-ranks first over the measured best). ``summarize(..., by=...)`` splits each dataset further by
+ranks first over the measured best). Memory, where runs report it: the memory model's peak on
+the fullest GPU over the measured one, and whether it marks the runs that ran out of memory
+(and no run that ran). ``summarize(..., by=...)`` splits each dataset further by
 layout columns (``SLICES``), to show where the model is biased: a term that is off for one kind
 of layout (no recompute, high TP, short micro-batches) moves the ranking, not just the rows.
 """
@@ -20,7 +22,8 @@ import pandas as pd
 from scipy.stats import spearmanr
 
 from suite.scale.fit import Row, fit_system
-from suite.scale.hardware import Hardware
+from suite.scale.hardware import GiB, Hardware
+from suite.scale.memory import memory
 from suite.scale.runs import Run
 from suite.scale.step import ALL_TERMS, BREAKDOWN, Estimate, Terms, estimate, layer_breakdown
 
@@ -65,9 +68,10 @@ def hardware_with_fit(run: Run, fits: dict[str, tuple[float, float]]) -> Hardwar
 
 def predict(runs: list[Run], calibration: Calibration, terms: Terms = ALL_TERMS) -> pd.DataFrame:
     """One row per run: measured and predicted iteration time and MFU, the errors (predicted -
-    measured), the breakdown, whether the run was fitted, and the fitted numbers. A run that
-    timed one layer (``timed`` "layer") has that layer's seconds in the time columns and its
-    breakdown, and no MFU."""
+    measured), the breakdown, whether the run was fitted, and the fitted numbers; its outcome,
+    and the measured and modelled memory of the fullest GPU with whether the model fits it. A
+    run that timed one layer (``timed`` "layer") has that layer's seconds in the time columns
+    and its breakdown, and no MFU or memory."""
     fits = fit(runs, calibration, terms)
     out = []
     for run in runs:
@@ -80,6 +84,8 @@ def predict(runs: list[Run], calibration: Calibration, terms: Terms = ALL_TERMS)
             est = estimate(run.model, hw, run.layout, terms)
         mfu = nan if run.mfu_percent is None else run.mfu_percent
         lay = run.layout
+        # a layer benchmark did not hold the whole model: no memory verdict
+        mem = None if run.timed == "layer" else memory(run.model, lay, run.hardware)
         out.append({
             "dataset": run.dataset, "system": run.system, "label": run.id, "group": run.group,
             "timed": run.timed,
@@ -94,6 +100,10 @@ def predict(runs: list[Run], calibration: Calibration, terms: Terms = ALL_TERMS)
             "iteration_time_rel_error": (est.iteration_time_s - time) / time,
             "paper_mfu_percent": mfu, "predicted_mfu_percent": 100 * est.mfu,
             "mfu_error_points": 100 * est.mfu - mfu,
+            "outcome": run.outcome,
+            "paper_memory_gib": nan if run.memory_gib is None else run.memory_gib,
+            "predicted_memory_gib": nan if mem is None else mem.total / GiB,
+            "predicted_fits": nan if mem is None else mem.fits,
             **est.breakdown,
             "calibration": (run.dataset, run.id) in calibration.get(run.system, ()),
             "gemm_efficiency": hw.gemm_efficiency, "straggler": hw.straggler,
@@ -149,10 +159,21 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else nan
 
 
+def _memory_columns(g: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.Series]:
+    """(the runs that ran, those that ran out of memory, the model's peak over the measured
+    one where a run reports it); a table from before the memory columns: every run ran."""
+    if "outcome" not in g:
+        g = g.assign(outcome="ok", paper_memory_gib=nan, predicted_memory_gib=nan,
+                     predicted_fits=nan)
+    ran, oom = g[g.outcome == "ok"], g[g.outcome == "oom"]
+    return ran, oom, (ran.predicted_memory_gib / ran.paper_memory_gib).dropna()
+
+
 def summarize(predictions: pd.DataFrame, predicted: str = "predicted_iteration_time_s",
               by: Sequence[str] = ()) -> pd.DataFrame:
     """Per dataset and system (and each value of the ``by`` columns, from ``SLICES``), on the
-    runs not fitted: the errors and rank metrics above."""
+    runs not fitted: the errors and rank metrics above; the memory columns on every run, as
+    nothing is fitted on memory."""
     unknown = [c for c in by if c not in SLICES]
     if unknown:
         raise ValueError(f"by={unknown}: not a column to split by; valid: {list(SLICES)}")
@@ -160,6 +181,7 @@ def summarize(predictions: pd.DataFrame, predicted: str = "predicted_iteration_t
     if held.empty:
         raise ValueError("predictions has no held-out rows to summarize")
     keys = ["dataset", "system", *by]
+    everyone = dict(iter(predictions.groupby(keys, sort=False)))  # memory is never fitted
     rows = []
     for values, g in held.groupby(keys, sort=False):
         err = (g[predicted] - g.paper_iteration_time_s) / g.paper_iteration_time_s
@@ -167,7 +189,9 @@ def summarize(predictions: pd.DataFrame, predicted: str = "predicted_iteration_t
         points = g.mfu_error_points.dropna() if predicted == "predicted_iteration_time_s" \
             else pd.Series(dtype=float)
         rho, regret, groups = rank_metrics(g, predicted)
-        rows.append({**dict(zip(keys, values)), "runs": len(g),
+        ran, oom, ratio = _memory_columns(everyone[values])
+        ran_held = len(g) - (int((g.outcome == "oom").sum()) if "outcome" in g else 0)
+        rows.append({**dict(zip(keys, values)), "runs": ran_held,
                      "timed": "/".join(sorted(set(g.timed))) if "timed" in g else "iteration",
                      "time_mean_abs_pct": 100 * err.abs().mean() if len(err) else nan,
                      "time_max_abs_pct": 100 * err.abs().max() if len(err) else nan,
@@ -175,7 +199,14 @@ def summarize(predictions: pd.DataFrame, predicted: str = "predicted_iteration_t
                      "within_10pct": (err.abs() <= 0.10).mean() if len(err) else nan,
                      "mfu_mean_abs_points": points.abs().mean() if len(points) else nan,
                      "mfu_mean_signed_points": points.mean() if len(points) else nan,
-                     "sweeps": groups, "spearman": rho, "top1_regret_pct": 100 * regret})
+                     "sweeps": groups, "spearman": rho, "top1_regret_pct": 100 * regret,
+                     "memory_runs": len(ratio),
+                     "memory_ratio_min": ratio.min() if len(ratio) else nan,
+                     "memory_ratio_max": ratio.max() if len(ratio) else nan,
+                     "fit_checked": int(ran.predicted_fits.notna().sum()),
+                     "oom_runs": len(oom),
+                     "oom_marked": int((~oom.predicted_fits.astype(bool)).sum()),
+                     "ran_marked_oom": int((~ran.predicted_fits.astype(bool)).sum())})
     return pd.DataFrame(rows)
 
 
@@ -196,6 +227,7 @@ def user_system(runs: list[Run], name: str, ids: list[str]) -> tuple[list[Run], 
                              f"{len(found)} rows have this id (in datasets "
                              f"{sorted(r.dataset for r in found)})") + f"; ids: {sorted(by_id)}")
         if found[0].measured_s is None:
-            raise ValueError(f"--calibrate {rid!r}: the row has no measured time (only MFU)")
+            why = "it ran out of memory" if found[0].outcome == "oom" else "only MFU"
+            raise ValueError(f"--calibrate {rid!r}: the row has no measured time ({why})")
         keys.append((found[0].dataset, rid))
     return runs, {name: tuple(keys)}
