@@ -13,15 +13,16 @@ def llm_scale(inputs: AnalysisInputs) -> str:
     llm-analysis's (fitted on the same rows) beside it; where a dataset holds runs with and
     without recompute, the signed error of each (a bias between them misranks layouts); the
     memory model against the measured peaks and the runs that ran out of memory."""
-    from suite.scale.validate import summarize
+    from suite.scale.validate import memory_line, memory_summary, summarize
 
     table = inputs.table
     peer = summarize(table, "peer_fitted_time_s").set_index(["dataset", "system"]) \
         if "peer_fitted_time_s" in table and table.peer_fitted_time_s.notna().any() else None
     by_recompute = summarize(table, by=["recompute"]).dropna(subset=["time_mean_signed_pct"])
     parts = []
-    summary = summarize(table)
-    for r in summary.itertuples():
+    memory = memory_summary(table)
+    lines = {(m.dataset, m.system): memory_line(m) for m in memory.itertuples()}
+    for r in summarize(table).itertuples():
         part = f"{r.dataset} / {r.system} ({r.runs} runs): "
         if pd.notna(r.time_mean_abs_pct):
             part += (f"{r.timed} time off by {r.time_mean_abs_pct:.1f}% on average "
@@ -42,15 +43,12 @@ def llm_scale(inputs: AnalysisInputs) -> str:
         else:
             part += (f"MFU off by {r.mfu_mean_abs_points:.1f} points on average (signed "
                      f"{r.mfu_mean_signed_points:+.1f})")
-        if r.memory_runs:
-            part += (f"; memory: the model's peak is {r.memory_ratio_min:.2f}-"
-                     f"{r.memory_ratio_max:.2f} of the measured on {r.memory_runs} runs")
-        if r.oom_runs:
-            part += f", it marks {r.oom_marked} of the {r.oom_runs} that ran out of memory"
+        if lines[(r.dataset, r.system)]:
+            part += f"; memory: {lines[(r.dataset, r.system)]}"
         parts.append(part)
-    return ("Held-out error: " + "; ".join(parts) + f". Of the {summary.fit_checked.sum()} "
+    return ("Held-out error: " + "; ".join(parts) + f". Of the {memory.fit_checked.sum()} "
             "published runs that ran whole (memory is never fitted), the memory model marks "
-            f"{summary.ran_marked_oom.sum()} as too big to fit.")
+            f"{memory.ran_marked_oom.sum()} as too big to fit.")
 
 
 def llm_ablation(inputs: AnalysisInputs) -> str:

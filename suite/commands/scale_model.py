@@ -143,7 +143,14 @@ def run(args: argparse.Namespace) -> int:
 def _validate(args: argparse.Namespace) -> int:
     from suite.scale import peer
     from suite.scale.runs import read_runs
-    from suite.scale.validate import predict, summarize, user_system, weak_calibration
+    from suite.scale.validate import (
+        memory_line,
+        memory_summary,
+        predict,
+        summarize,
+        user_system,
+        weak_calibration,
+    )
 
     runs = read_runs(args.runs, args.system_like)
     known = {r.id for r in runs}
@@ -165,6 +172,7 @@ def _validate(args: argparse.Namespace) -> int:
                           "straggler": float(table.straggler.iloc[0]),
                           "weak_calibration": weak,
                           "summary": json.loads(ours.to_json(orient="records")),
+                          "memory": json.loads(memory_summary(table).to_json(orient="records")),
                           "peer": peer.PEER,
                           "peer_summary": json.loads(theirs.to_json(orient="records")),
                           "rows": json.loads(table.to_json(orient="records"))}, indent=1))
@@ -195,11 +203,8 @@ def _validate(args: argparse.Namespace) -> int:
                   + (f"; {r.sweeps} sweeps: top-1 regret {r.top1_regret_pct:.1f}%"
                      + (f", Spearman {r.spearman:.2f}" if not math.isnan(r.spearman) else "")
                      if r.sweeps else ""))
-    for r in ours.itertuples():
-        if r.memory_runs or r.oom_runs or r.ran_marked_oom:
-            print(f"memory on {r.dataset}: "
-                  + (f"the model's peak is {r.memory_ratio_min:.2f}-{r.memory_ratio_max:.2f} "
-                     f"of the measured on {r.memory_runs} runs; " if r.memory_runs else "")
-                  + f"it marks {r.oom_marked} of the {r.oom_runs} runs that ran out of memory "
-                  f"and {r.ran_marked_oom} of the {r.fit_checked} that ran")
+    for r in memory_summary(table).itertuples():
+        line = memory_line(r)
+        if line:
+            print(f"memory on {r.dataset}: {line}")
     return 0

@@ -172,8 +172,7 @@ def _memory_columns(g: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.Ser
 def summarize(predictions: pd.DataFrame, predicted: str = "predicted_iteration_time_s",
               by: Sequence[str] = ()) -> pd.DataFrame:
     """Per dataset and system (and each value of the ``by`` columns, from ``SLICES``), on the
-    runs not fitted: the errors and rank metrics above; the memory columns on every run, as
-    nothing is fitted on memory."""
+    runs not fitted that ran: the errors and rank metrics above (memory: ``memory_summary``)."""
     unknown = [c for c in by if c not in SLICES]
     if unknown:
         raise ValueError(f"by={unknown}: not a column to split by; valid: {list(SLICES)}")
@@ -181,7 +180,6 @@ def summarize(predictions: pd.DataFrame, predicted: str = "predicted_iteration_t
     if held.empty:
         raise ValueError("predictions has no held-out rows to summarize")
     keys = ["dataset", "system", *by]
-    everyone = dict(iter(predictions.groupby(keys, sort=False)))  # memory is never fitted
     rows = []
     for values, g in held.groupby(keys, sort=False):
         err = (g[predicted] - g.paper_iteration_time_s) / g.paper_iteration_time_s
@@ -189,7 +187,6 @@ def summarize(predictions: pd.DataFrame, predicted: str = "predicted_iteration_t
         points = g.mfu_error_points.dropna() if predicted == "predicted_iteration_time_s" \
             else pd.Series(dtype=float)
         rho, regret, groups = rank_metrics(g, predicted)
-        ran, oom, ratio = _memory_columns(everyone[values])
         ran_held = len(g) - (int((g.outcome == "oom").sum()) if "outcome" in g else 0)
         rows.append({**dict(zip(keys, values)), "runs": ran_held,
                      "timed": "/".join(sorted(set(g.timed))) if "timed" in g else "iteration",
@@ -199,8 +196,18 @@ def summarize(predictions: pd.DataFrame, predicted: str = "predicted_iteration_t
                      "within_10pct": (err.abs() <= 0.10).mean() if len(err) else nan,
                      "mfu_mean_abs_points": points.abs().mean() if len(points) else nan,
                      "mfu_mean_signed_points": points.mean() if len(points) else nan,
-                     "sweeps": groups, "spearman": rho, "top1_regret_pct": 100 * regret,
-                     "memory_runs": len(ratio),
+                     "sweeps": groups, "spearman": rho, "top1_regret_pct": 100 * regret})
+    return pd.DataFrame(rows)
+
+
+def memory_summary(predictions: pd.DataFrame) -> pd.DataFrame:
+    """Per dataset and system, over every run (nothing is fitted on memory): the model's peak
+    over the measured one, and the runs it would refuse among those that ran out of memory and
+    those that ran."""
+    rows = []
+    for (dataset, system), g in predictions.groupby(["dataset", "system"], sort=False):
+        ran, oom, ratio = _memory_columns(g)
+        rows.append({"dataset": dataset, "system": system, "memory_runs": len(ratio),
                      "memory_ratio_min": ratio.min() if len(ratio) else nan,
                      "memory_ratio_max": ratio.max() if len(ratio) else nan,
                      "fit_checked": int(ran.predicted_fits.notna().sum()),
@@ -208,6 +215,16 @@ def summarize(predictions: pd.DataFrame, predicted: str = "predicted_iteration_t
                      "oom_marked": int((~oom.predicted_fits.astype(bool)).sum()),
                      "ran_marked_oom": int((~ran.predicted_fits.astype(bool)).sum())})
     return pd.DataFrame(rows)
+
+
+def memory_line(r: Any) -> str | None:
+    """One ``memory_summary`` row in words, or None where there is nothing to check."""
+    if not (r.memory_runs or r.oom_runs or r.ran_marked_oom):
+        return None
+    return ((f"the model's peak is {r.memory_ratio_min:.2f}-{r.memory_ratio_max:.2f} of the "
+             f"measured on {r.memory_runs} runs; " if r.memory_runs else "")
+            + f"it marks {r.oom_marked} of the {r.oom_runs} runs that ran out of memory and "
+            f"{r.ran_marked_oom} of the {r.fit_checked} that ran")
 
 
 def user_system(runs: list[Run], name: str, ids: list[str]) -> tuple[list[Run], Calibration]:
