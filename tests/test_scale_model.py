@@ -367,6 +367,37 @@ def test_an_early_stopping_recompute_saves_the_mlp_output_and_its_residual():
             model, replace(lay, recompute_early_stop=True), hw)
 
 
+def test_train_metrics_on_the_logits_cost_an_eager_cross_entropy_each():
+    """Composer's trainer updates two train metrics on every micro-batch's logits after its
+    backward (a torch CrossEntropyLoss each, fp32 under autocast): per micro-batch, 14 bytes of
+    HBM traffic per logit each on the last stage, and while one runs the logits, their fp32
+    copy and the log-probabilities (10 bytes per logit) held beside the state."""
+    from suite.scale.step import ALL_TERMS, Terms, stage_works
+
+    hw = replace(A100_80GB, gemm_efficiency=0.6)
+    model = ModelConfig(layers=4, hidden=768, heads=12, seq_len=512, vocab=50368,
+                        dropout=False)
+    plain = Layout(tp=1, pp=2, dp=1, micro_batch=8, global_batch=32, attention="flash",
+                   loss="fused")
+    metrics = replace(plain, logit_metrics=2)
+    logits = 8 * 512 * 50368
+    first, last = stage_works(model, plain, hw), stage_works(model, metrics, hw)
+    assert last[0] == first[0]  # the first stage holds no logits
+    assert last[1].memory - first[1].memory == pytest.approx(2 * 14 * logits / hw.hbm_bw)
+    off = Terms(**{**{f: True for f in ALL_TERMS.__dataclass_fields__}, "loss": False})
+    assert stage_works(model, metrics, hw, off) == stage_works(model, plain, hw, off)
+    # the iteration pays it once per micro-batch on the slowest (the last) stage
+    gap = (estimate(model, hw, metrics).iteration_time_s
+           - estimate(model, hw, plain).iteration_time_s)
+    assert gap == pytest.approx((4 + 1) * 2 * 14 * logits / hw.hbm_bw)  # m + p - 1 slots
+    held = memory(model, metrics, hw)
+    assert held.stage == 1 and held.transient == pytest.approx(10 * logits)
+    assert memory(model, plain, hw).transient == 0
+    for bad in (-1, True, 1.5):
+        with pytest.raises(ValueError, match=f"logit_metrics={bad!r} must be an integer >= 0"):
+            replace(plain, logit_metrics=bad)
+
+
 def test_sequence_parallel_shards_the_elementwise_traffic():
     lay = _layout(tp=2, pp=1, dp=1, micro_batch=1, global_batch=1, attention="flash")
     terms = replace(BANDWIDTH_ONLY, memory=True)
@@ -821,6 +852,16 @@ def test_validate_checks_a_users_memory_readings(tmp_path, capsys):
                         r"3 that ran", line), line
 
 
+def test_logit_metrics_enter_through_the_runs_csv():
+    (none, two) = runs_from_frame(pd.DataFrame([{**ROW, "logit_metrics": 0},
+                                                {**ROW, "id": "b", "logit_metrics": 2}]),
+                                  "runs.csv")
+    assert (none.layout.logit_metrics, two.layout.logit_metrics) == (0, 2)
+    with pytest.raises(RunsError, match="row 1 .id a.: column logit_metrics: -1 is less than "
+                                        "the minimum of 0"):
+        runs_from_frame(pd.DataFrame([{**ROW, "logit_metrics": -1}]), "runs.csv")
+
+
 def test_a_measured_busbw_enters_through_the_runs_csv():
     (run,) = runs_from_frame(pd.DataFrame([{**ROW, "network_busbw_gbps": 5.07}]), "runs.csv")
     assert run.hardware.network_busbw == pytest.approx(5.07e9)
@@ -1114,6 +1155,15 @@ def test_what_if_cli(capsys):
     assert runs["--recompute-early-stop"][1] < runs[""][1]
     assert runs["--system torchtitan (A100)"][0] is True
     assert runs["--system torchtitan (A100) --no-recompute-early-stop"][0] is False
+    # train metrics on the logits: the system's (llm-foundry's Composer: 2) unless given
+    metrics = {}
+    for flag in ([], ["--logit-metrics", "2"], ["--system", "llm-foundry (H100)"],
+                 ["--system", "llm-foundry (H100)", "--logit-metrics", "0"]):
+        assert main(args + flag) == 0
+        out = json.loads(capsys.readouterr().out)
+        metrics[" ".join(flag)] = (out["layout"]["logit_metrics"], out["iteration_time_s"])
+    assert [v[0] for v in metrics.values()] == [0, 2, 2, 0]
+    assert metrics["--logit-metrics 2"][1] > metrics[""][1]
 
 
 def test_the_systems_overlaps_follow_recompute():
@@ -1249,6 +1299,13 @@ def test_published_runs_as_model_inputs(runs, paper):
     assert mpt3.layout.dp_mode == "zero2"  # SHARD_GRAD_OP
     triton = by[("llmfoundry_mpt", "MPT-7b s65536 8 GPUs mb1 b16", "llm-foundry (H100)")]
     assert triton.layout.attention == "flash1"  # attn_impl triton: FlashAttention-1's generation
+    # Composer's two train metrics on every micro-batch's logits; torch 2.1's non-reentrant
+    # checkpoint (early stop) from the 2023-10 sweep on, torch 1.13.1's before
+    old = by[("llmfoundry_mpt", "MPT-70b s2048 64 GPUs mb8 b2048", "llm-foundry (A100-80GB)")]
+    assert [(r.layout.logit_metrics, r.layout.recompute_early_stop) for r in (mpt, triton, old)] \
+        == [(2, True), (2, True), (2, False)]
+    assert {r.layout.recompute_early_stop for r in runs if r.system == "llm-foundry (A100-40GB)"} \
+        == {False}  # every A100-40GB row is of the torch 1.13.1 era
     bloom = by[("bloom176b", "176B b2048 iteration 12695", "Megatron-DeepSpeed (BLOOM, Jean Zay)")]
     assert (bloom.layout.tp, bloom.layout.pp, bloom.layout.dp, bloom.layout.micro_batches) == \
         (4, 12, 8, 128)

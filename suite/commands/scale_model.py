@@ -55,6 +55,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     layout.add_argument("--recompute-early-stop", action=argparse.BooleanOptionalAction,
                         help="full recompute as torch's non-reentrant checkpoint runs it (torch "
                              ">= 2.1: not the MLP's output projection); default: the system's")
+    layout.add_argument("--logit-metrics", type=int, metavar="N",
+                        help="training metrics computed on each micro-batch's logits, an eager "
+                             "cross entropy each (Composer's trainer: 2); default: the system's")
     machine = whatif.add_argument_group("machine and system")
     machine.add_argument("--gpu", "--hardware", dest="gpu", choices=sorted(HARDWARE),
                          default="H100")
@@ -114,6 +117,8 @@ def run(args: argparse.Namespace) -> int:
     spec = SYSTEMS[args.system]
     if args.recompute_early_stop is not None:
         spec = replace(spec, recompute_early_stop=args.recompute_early_stop)
+    if args.logit_metrics is not None:
+        spec = replace(spec, logit_metrics=args.logit_metrics)
     hw, fitted_on = fitted_hardware(args.gpu, args.system, args.gemm_efficiency,
                                     args.straggler, args.paper_dir)
     if args.search:

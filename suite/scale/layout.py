@@ -25,7 +25,9 @@ Vocabularies (one place):
   under its pipeline engine, ``PipelineEngine._bf16_reduce_grads``, which also accumulates
   them outside the GEMMs after each micro-batch); fsdp (ZeRO-3: parameters sharded too, all-gathered
   per micro-batch).
-- ``LOSS_KINDS``: the cross entropy's kernels (below).
+- ``LOSS_KINDS``: the cross entropy's kernels (below); ``logit_metrics``, the cross entropies a
+  trainer computes besides on each micro-batch's logits, outside autograd (Composer's train
+  metrics: LanguageCrossEntropy and LanguagePerplexity, a torch CrossEntropyLoss each, 2).
 
 Uneven stage splits: Megatron-Core's ``--decoder-first-pipeline-num-layers`` /
 ``--decoder-last-pipeline-num-layers`` (``first_stage_layers``, ``last_stage_layers``; the middle
@@ -58,6 +60,13 @@ DP_MODES = ("allreduce", "zero1", "zero1_allreduce", "zero2", "fsdp")
 # their fp32 gradient: 14). fused: one kernel (flash-attn's cross entropy, as llm-foundry's
 # fused_crossentropy): reads the logits, writes their gradient in place (6; 2 held).
 LOSS_KINDS = {"megatron": (52, 6), "eager": (36, 14), "fused": (6, 2)}
+# A training metric computed on each micro-batch's logits outside autograd (``logit_metrics``),
+# as (HBM bytes per logit, bytes per logit held while it runs): an eager cross entropy's forward
+# on the logits cast to fp32 (autocast runs cross_entropy in fp32): cast 2+4, log-softmax 4+4,
+# as the eager loss's forward above (14); the logits the trainer keeps (2), their fp32 copy and
+# the log-probabilities (4 + 4), after the backward has freed the activations. The metrics run
+# one after the other.
+LOGIT_METRIC = (14, 10)
 
 
 @dataclass(frozen=True)
@@ -81,6 +90,7 @@ class Layout:
     recompute_fraction: float = 1.0  # full recompute of this share of the layers
     recompute_early_stop: bool = False
     loss: str = "megatron"
+    logit_metrics: int = 0  # forward-only cross entropies over each micro-batch's logits
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "micro_batch", "global_batch", "virtual_stages",
@@ -97,6 +107,9 @@ class Layout:
         check_choice("attention", self.attention, ATTENTION)
         check_choice("dp_mode", self.dp_mode, DP_MODES)
         check_choice("loss", self.loss, tuple(LOSS_KINDS))
+        if isinstance(self.logit_metrics, bool) or not isinstance(self.logit_metrics, int) or \
+                self.logit_metrics < 0:
+            raise ValueError(f"logit_metrics={self.logit_metrics!r} must be an integer >= 0")
         check_bool("sequence_parallel", self.sequence_parallel)
         check_bool("recompute_early_stop", self.recompute_early_stop)
         if self.sequence_parallel and self.tp == 1:

@@ -35,7 +35,10 @@ MLPs and models without dropout): per layer and token, in bytes, with t the TP s
 In flight: the first stage of 1F1B holds min(m, p) micro-batches (Narayanan et al. 2021), the
 interleaved schedule (1 + (p - 1)/(p v)) times that (Korthikanti et al. Sec. 4.2.3). The last
 stage also holds what its cross entropy keeps per logit (``suite.scale.layout.LOSS_KINDS``:
-6 bytes for Megatron's, 14 for eager PyTorch's on fp32-cast logits, 2 for a fused kernel).
+6 bytes for Megatron's, 14 for eager PyTorch's on fp32-cast logits, 2 for a fused kernel), and
+a trainer that computes metrics on the logits after the backward (``logit_metrics``) holds 10
+bytes per logit while each runs (``LOGIT_METRIC``: the logits, their fp32 copy and the
+log-probabilities), a transient beside the state.
 
 Each stage holds its own parameters (``suite.scale.step.stage_params``): the first also the
 embeddings, the last the output layer, so with a large vocabulary an end stage is the fullest.
@@ -49,7 +52,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from suite.scale.hardware import Hardware
-from suite.scale.layout import LOSS_KINDS, Layout
+from suite.scale.layout import LOGIT_METRIC, LOSS_KINDS, Layout
 from suite.scale.model import ModelConfig
 from suite.scale.step import stage_params
 
@@ -61,8 +64,9 @@ RESERVE_BYTES = 2 * 1024 ** 3
 
 @dataclass(frozen=True)
 class Memory:
-    """Bytes on the fullest GPU (its stage), by kind. ``transient``: what the gradient
-    reduction allocates after the last backward has freed the activations."""
+    """Bytes on the fullest GPU (its stage), by kind. ``transient``: what runs after the last
+    backward has freed the activations holds: the gradient reduction's buffer, or the train
+    metrics' logits."""
     stage: int
     weights: float
     gradients: float
@@ -73,7 +77,7 @@ class Memory:
 
     @property
     def total(self) -> float:
-        """The peak: the state, and the activations or the reduction's buffer."""
+        """The peak: the state, and the activations or the transient."""
         return (self.weights + self.gradients + self.optimizer
                 + max(self.activations, self.transient))
 
@@ -144,8 +148,10 @@ def stage_memory(model: ModelConfig, layout: Layout, hw: Hardware) -> list[Memor
         if f:
             acts += working
         if i == p - 1:
-            acts += (LOSS_KINDS[layout.loss][1] * layout.micro_batch * model.seq_len
-                     * model.vocab / layout.tp)
+            logits = layout.micro_batch * model.seq_len * model.vocab / layout.tp
+            acts += LOSS_KINDS[layout.loss][1] * logits
+            if layout.logit_metrics:
+                transient = max(transient, LOGIT_METRIC[1] * logits)
         stages.append(Memory(i, weights, grads, optim, acts, hw.hbm_bytes - RESERVE_BYTES,
                              transient))
     return stages

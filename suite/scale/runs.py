@@ -29,7 +29,9 @@ Columns (empty = not given; names are exact, an unknown column is an error):
                 tp_overlap, pp_overlap, dp_overlap (fractions hidden), grad_bytes (4: a gradient's
                 bytes, held and reduced; zero1_allreduce holds fp32 and reduces at these), loss
                 (megatron | eager | fused: the cross entropy's kernels,
-                ``suite.scale.layout.LOSS_KINDS``)
+                ``suite.scale.layout.LOSS_KINDS``), logit_metrics (0: the training metrics
+                computed on each micro-batch's logits outside autograd, an eager cross entropy
+                each; Composer's trainer computes 2)
   measured      iteration_time_s, or tokens_per_s (the whole job's), or only mfu_percent (then
                 MFU is what is compared), or layer_time_ms: one layer's forward + backward (and
                 recompute) per micro-batch on its TP group, as a benchmark of one layer times it
@@ -60,6 +62,7 @@ from suite.scale.systems import SYSTEMS, System
 INTEGER = ("layers", "hidden", "heads", "seq_len", "vocab", "kv_heads", "ffn_hidden", "gpus",
            "tp", "pp", "dp", "virtual_stages", "micro_batch", "global_batch",
            "first_stage_layers", "last_stage_layers", "grad_bytes", "gpus_per_node", "sms")
+COUNT = ("logit_metrics",)  # integers that may be 0
 NUMBER = ("peak_tflops", "hbm_gbps", "hbm_gb", "nvlink_gbps", "network_gbps",
           "network_busbw_gbps", "iteration_time_s", "tokens_per_s", "mfu_percent",
           "layer_time_ms", "memory_gib")
@@ -73,7 +76,7 @@ CHOICES = {"gpu": tuple(sorted(HARDWARE)), "system": tuple(sorted(SYSTEMS)),
 TEXT = ("id", "group", "dataset", "notes")
 CUSTOM_GPU = ("peak_tflops", "hbm_gbps", "nvlink_gbps", "network_gbps", "sms")
 MEASURED = ("iteration_time_s", "tokens_per_s", "mfu_percent", "layer_time_ms")
-COLUMNS = TEXT + INTEGER + NUMBER + FRACTION + BOOLEAN + tuple(CHOICES)
+COLUMNS = TEXT + INTEGER + COUNT + NUMBER + FRACTION + BOOLEAN + tuple(CHOICES)
 # A user's runs without a system: nothing overlapped, FlashAttention, DDP.
 PLAIN = System(hardware="", attention="flash")
 
@@ -85,6 +88,7 @@ ROW_SCHEMA = {
     "properties": {
         **{c: {"type": "string", "minLength": 1} for c in TEXT},
         **{c: {"type": "integer", "minimum": 1} for c in INTEGER},
+        **{c: {"type": "integer", "minimum": 0} for c in COUNT},
         **{c: {"type": "number", "exclusiveMinimum": 0} for c in NUMBER},
         **{c: {"type": "number", "minimum": 0, "maximum": 1} for c in FRACTION},
         **{c: {"type": "boolean"} for c in BOOLEAN},
@@ -132,7 +136,7 @@ class RunsError(ValueError):
 def _coerce(column: str, text: str):
     """A CSV cell as its column's type; a cell that does not parse is returned as is, for the
     schema to name."""
-    if column in INTEGER:
+    if column in INTEGER or column in COUNT:
         try:
             value = float(text)
             return int(value) if value.is_integer() else text
@@ -213,7 +217,7 @@ def _run(row: dict, dataset: str, system_like: str | None) -> Run:
     layout_fields = ("virtual_stages", "recompute", "sequence_parallel", "attention", "dp_mode",
                      "tp_overlap", "pp_overlap", "dp_overlap", "grad_bytes",
                      "first_stage_layers", "last_stage_layers", "recompute_fraction", "loss",
-                     "recompute_early_stop")
+                     "recompute_early_stop", "logit_metrics")
     settings = {**spec.layout_defaults(v, full, row.get("sequence_parallel", False)),
                 **{f: row[f] for f in layout_fields if f in row}}
     layout = Layout(tp=tp, pp=pp, dp=dp, micro_batch=row["micro_batch"],

@@ -34,7 +34,9 @@ A stage's slot:
   logits     the last stage's output GEMM (forward + backward, never recomputed) and its
              cross entropy's HBM traffic per logit (``Layout.loss``: Megatron's unfused fp32
              vocab-parallel loss 52 bytes, eager PyTorch on fp32-cast logits 36, a fused kernel
-             6; ``suite.scale.layout.LOSS_KINDS``).
+             6; ``suite.scale.layout.LOSS_KINDS``); plus, per ``logit_metrics``, a metric's
+             eager cross entropy forward on the fp32-cast logits, 14 (Composer computes two
+             train metrics on every micro-batch's logits).
   TP         4 collectives of b*s*h activations per layer (6 with full recompute, 5 when it
              stops early), ring bytes 2(t-1)/t each over NVLink, plus NCCL's latency; sequence
              parallelism moves the same bytes as reduce-scatter + all-gather (Korthikanti et
@@ -83,7 +85,7 @@ from math import ceil, log, log2
 from suite.scale.checks import check_positive_int
 from suite.scale.gemm import forward_backward_time
 from suite.scale.hardware import Hardware
-from suite.scale.layout import LOSS_KINDS, Layout
+from suite.scale.layout import LOGIT_METRIC, LOSS_KINDS, Layout
 from suite.scale.model import ModelConfig
 
 # Bytes per attention-score element (b x heads/tp x s x s) of the kernels between the attention
@@ -426,7 +428,8 @@ def _logits_compute(model: ModelConfig, layout: Layout, hw: Hardware,
         fwd, bwd = forward_backward_time(g, hw)
     else:
         fwd, bwd = g.flops / hw.peak_flops, 2 * g.flops / hw.peak_flops
-    loss = LOSS_KINDS[layout.loss][0] * g.m * g.n / hw.hbm_bw if terms.loss else 0.0
+    per_logit = LOSS_KINDS[layout.loss][0] + layout.logit_metrics * LOGIT_METRIC[0]
+    loss = per_logit * g.m * g.n / hw.hbm_bw if terms.loss else 0.0
     return fwd + bwd, loss
 
 

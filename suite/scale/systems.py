@@ -28,6 +28,7 @@ class System:
     grad_bytes: int = 4
     loss: str = "megatron"
     recompute_early_stop: bool = False  # PyTorch's non-reentrant checkpoint, torch >= 2.1
+    logit_metrics: int = 0  # train metrics computed on each micro-batch's logits
 
     def layout_defaults(self, virtual_stages: int, full_recompute: float,
                         sequence_parallel: bool = False) -> dict:
@@ -40,7 +41,8 @@ class System:
         return {"tp_overlap": tp, "pp_overlap": self.pp_overlap, "dp_overlap": dp,
                 "attention": self.attention, "dp_mode": self.dp_mode,
                 "grad_bytes": self.grad_bytes, "loss": self.loss,
-                "recompute_early_stop": self.recompute_early_stop}
+                "recompute_early_stop": self.recompute_early_stop,
+                "logit_metrics": self.logit_metrics}
 
 
 SYSTEMS: dict[str, System] = {
@@ -62,14 +64,18 @@ SYSTEMS: dict[str, System] = {
     # llm-foundry's benchmarks (scripts/train/benchmarking): Composer FSDP with forward and
     # backward prefetch (limit_all_gathers), the Triton or flash-attn FlashAttention kernel,
     # flash-attn's fused cross entropy (the yamls' loss_fn: fused_crossentropy), no TP or PP;
+    # Composer's trainer (0.13.4, 0.16, 0.17: the three eras' pins) updates the
+    # MPT model's two train metrics, LanguageCrossEntropy and LanguagePerplexity, on each
+    # micro-batch's logits after its backward (Trainer._train_microbatch ->
+    # _eval_train_metrics), a torch CrossEntropyLoss each (logit_metrics 2);
     # A100 nodes on 1600 Gb/s RoCE (25 GB/s per GPU), H100 nodes unstated (the preset's
     # 50 GB/s per GPU assumed)
     "llm-foundry (A100-40GB)": System("A100-40GB", dp_overlap=1.0, attention="flash",
-                                      dp_mode="fsdp", loss="fused"),
+                                      dp_mode="fsdp", loss="fused", logit_metrics=2),
     "llm-foundry (A100-80GB)": System("A100-80GB", dp_overlap=1.0, attention="flash",
-                                      dp_mode="fsdp", loss="fused"),
+                                      dp_mode="fsdp", loss="fused", logit_metrics=2),
     "llm-foundry (H100)": System("H100", dp_overlap=1.0, attention="flash", dp_mode="fsdp",
-                                 loss="fused"),
+                                 loss="fused", logit_metrics=2),
     # torchtitan (2024, docs/performance.md): FSDP2 with prefetch, SDPA's flash kernel, the
     # loss on fp32-cast logits (train.py: cross_entropy(pred.float(), ...)), activation
     # checkpointing by torch's non-reentrant checkpoint_wrapper on a 2024 nightly (early stop)
