@@ -91,7 +91,11 @@ What a paper leaves unsaid is an assumption, declared here:
 - llm-foundry MPT (issue 27; written before predicting): MPT's shapes from its yamls (vocab
   50368, tied, learned positions, biases, GELU of 4h, MHA), no dropout (the yamls' p 0), FSDP
   FULL_SHARD as ``fsdp``, SHARD_GRAD_OP as ``zero2`` (parameters gathered once per micro-batch,
-  optimizer state and gradients sharded), forward and backward prefetch (dp_overlap 1); the
+  optimizer state and gradients sharded), forward and backward prefetch (dp_overlap 1: the
+  2024-01 sweep sets them; the earlier sweeps ran Composer's defaults, no forward prefetch and
+  BACKWARD_POST, read in the tenth round and left at 1, as FSDP issues each unit's all-gather
+  when the CPU reaches it, ahead of the GPU; with none of their traffic hidden the three
+  datasets move by under a point); the
   gradients reduced in fp32 for Composer's DEFAULT mixed precision, in bf16 for PURE; the
   attention kernel each row names: flash-attn 2 (attn_impl flash) as ``flash2``, the Triton
   kernel (attn_impl triton) as ``flash1``. (Until the third round, Hopper's rows took the

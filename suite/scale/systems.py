@@ -62,7 +62,8 @@ SYSTEMS: dict[str, System] = {
     "Megatron-Core r0.8 (H100)": System("H100", tp_overlap=1.0, pp_overlap=1.0, dp_overlap=1.0,
                                         attention="flash", dp_mode="zero1"),
     # llm-foundry's benchmarks (scripts/train/benchmarking): Composer FSDP with forward and
-    # backward prefetch (limit_all_gathers), the Triton or flash-attn FlashAttention kernel,
+    # backward prefetch (limit_all_gathers; set in the 2024-01 sweep, the earlier ones ran
+    # Composer's defaults: datasets.py), the Triton or flash-attn FlashAttention kernel,
     # flash-attn's fused cross entropy (the yamls' loss_fn: fused_crossentropy), no TP or PP;
     # Composer's trainer (0.13.4, 0.16, 0.17: the three eras' pins) updates the
     # MPT model's two train metrics, LanguageCrossEntropy and LanguagePerplexity, on each
