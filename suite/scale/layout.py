@@ -65,7 +65,10 @@ LOSS_KINDS = {"megatron": (52, 6), "eager": (36, 14), "fused": (6, 2)}
 # on the logits cast to fp32 (autocast runs cross_entropy in fp32): cast 2+4, log-softmax 4+4,
 # as the eager loss's forward above (14); the logits the trainer keeps (2), their fp32 copy and
 # the log-probabilities (4 + 4), after the backward has freed the activations. The metrics run
-# one after the other.
+# one after the other. A lower bound, as for the eager loss: PyTorch's log-softmax reads a row
+# too long for its persistent kernel three times (max, sum of exponentials, the write), and
+# whether the rereads hit L2 depends on the rows in flight (a 50368-logit fp32 row is 201 KB;
+# two blocks per SM on an A100 stream 43 MB through its 40 MB L2); each is counted once.
 LOGIT_METRIC = (14, 10)
 
 
