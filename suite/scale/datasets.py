@@ -124,7 +124,12 @@ What a paper leaves unsaid is an assumption, declared here:
   (Llama 3) and 4096 (Llama 2), confirmed by the published MFU; FSDP2 with prefetch, SDPA's
   flash kernel, the loss on fp32-cast logits (``eager``); its selective checkpointing (the
   "layer" variant checkpoints every 2nd block, the "op" variant recomputes every 2nd matmul)
-  as full recompute of half the layers; none and full as published. (Seventh round, after
+  as full recompute of half the layers; none and full as published. (An approximation for
+  "op": at the run commit its policy saves SDPA's output and a block's odd matmuls, so it
+  re-runs wk, wo and w3, 36-39% of the block's matmul FLOPs, never the attention, and the
+  element-wise work; priced so, in the tenth round's session, torchtitan went 4.1 -> 4.5%,
+  Spearman 0.87 -> 0.50, and it was not adopted: it needs a recompute kind of its own, with
+  its memory and FLOP count.) (Seventh round, after
   seeing the full-recompute rows 9-11% too slow: its checkpointing is torch's non-reentrant
   checkpoint_wrapper on a 2024 nightly, which stops the recomputation before the MLP's output
   projection, ``recompute_early_stop``; a test counts the matmuls torch re-runs. The
