@@ -12,6 +12,11 @@ def check_positive_int(name: str, value: int) -> None:
         raise ValueError(f"{name}={value!r} must be a positive integer")
 
 
+def check_count(name: str, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < 0:
+        raise ValueError(f"{name}={value!r} must be an integer >= 0")
+
+
 def check_positive(name: str, value: float) -> None:
     if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value) \
             or value <= 0:

@@ -44,6 +44,7 @@ from reference_impl.configs import CHECKPOINTING
 from suite.scale.checks import (
     check_bool,
     check_choice,
+    check_count,
     check_fraction,
     check_positive_int,
 )
@@ -110,9 +111,7 @@ class Layout:
         check_choice("attention", self.attention, ATTENTION)
         check_choice("dp_mode", self.dp_mode, DP_MODES)
         check_choice("loss", self.loss, tuple(LOSS_KINDS))
-        if isinstance(self.logit_metrics, bool) or not isinstance(self.logit_metrics, int) or \
-                self.logit_metrics < 0:
-            raise ValueError(f"logit_metrics={self.logit_metrics!r} must be an integer >= 0")
+        check_count("logit_metrics", self.logit_metrics)
         check_bool("sequence_parallel", self.sequence_parallel)
         check_bool("recompute_early_stop", self.recompute_early_stop)
         if self.sequence_parallel and self.tp == 1:
