@@ -46,6 +46,7 @@ from suite.scale.step import (
     estimate,
     forward_reruns,
     fsdp_bytes_per_microbatch,
+    fsdp_copy_bytes,
     ring_factor,
     ring_latency,
     stage_params,
@@ -428,6 +429,39 @@ def test_deepspeeds_bf16_optimizer_accumulates_its_fp32_gradients_each_micro_bat
         [18 * n / HW.hbm_bw for n in params])
     # the term is part of the memory term: off with it
     off = stage_works(SMALL, replace(lay, dp_mode="zero1_allreduce"), HW, BANDWIDTH_ONLY)
+    assert [w.memory for w in off] == [0.0, 0.0]
+
+
+def test_fsdp_casts_divides_and_copies_around_its_collectives_each_micro_batch():
+    """Per parameter of the stage and micro-batch. FullyShardedDataParallel: bf16 gradients
+    cast to fp32 (2 + 4) and pre-divided (4 + 4); on the 1/d shard, the fp32 master cast to bf16
+    for each of the two all-gathers (2 x (4 + 2)), the post-divide (4 + 4) and, from the second
+    micro-batch on, the accumulation (4 + 4 + 4). fully_shard adds the all-gathers' copy-out
+    (2 x (2 + 2))."""
+    lay = _layout(tp=2, pp=2, dp=2, micro_batch=1, global_batch=8, attention="flash",
+                  dp_mode="zero2")  # m = 4 micro-batches
+    terms = replace(BANDWIDTH_ONLY, memory=True)
+    plain = stage_works(SMALL, lay, HW, terms)
+    params = stage_params(SMALL, lay)
+
+    def added(**kw) -> list[float]:
+        works = stage_works(SMALL, replace(lay, **kw), HW, terms)
+        return [w.memory - p.memory for w, p in zip(works, plain)]
+
+    fsdp = 6 + 8 + (12 + 8 + 12 * 3 / 4) / 2
+    assert fsdp_copy_bytes(SMALL, replace(lay, dp_mode="fsdp")) == fsdp == 28.5
+    assert added(dp_mode="fsdp") == pytest.approx([fsdp * n / HW.hbm_bw for n in params])
+    assert added(dp_mode="fsdp2") == pytest.approx([(fsdp + 8) * n / HW.hbm_bw for n in params])
+    # reduced in bf16 (Composer's PURE): no cast, the divides and the accumulation at 2 bytes;
+    # fully_shard still copies the gradients in
+    assert added(dp_mode="fsdp", grad_bytes=2) == pytest.approx(
+        [(4 + (12 + 4 + 6 * 3 / 4) / 2) * n / HW.hbm_bw for n in params])
+    assert fsdp_copy_bytes(SMALL, replace(lay, dp_mode="fsdp2", grad_bytes=2)) == \
+        4 + 4 + 8 + (12 + 4 + 6 * 3 / 4) / 2
+    # one micro-batch an iteration accumulates nothing
+    assert fsdp_copy_bytes(SMALL, replace(lay, dp_mode="fsdp", global_batch=2)) == 14 + 20 / 2
+    # part of the memory term: off with it
+    off = stage_works(SMALL, replace(lay, dp_mode="fsdp"), HW, BANDWIDTH_ONLY)
     assert [w.memory for w in off] == [0.0, 0.0]
 
 

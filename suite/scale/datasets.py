@@ -118,24 +118,28 @@ What a paper leaves unsaid is an assumption, declared here:
   logits after its backward (Trainer._train_microbatch -> _eval_train_metrics:
   LanguageCrossEntropy and LanguagePerplexity, a torch CrossEntropyLoss each, fp32 under
   autocast): ``logit_metrics`` 2, priced as the eager loss's forward. Mean error H100 10.1 ->
-  8.2%, A100-80GB 9.2 -> 5.4%, A100-40GB 10.3 -> 7.7%; no other dataset moves.)
-- torchtitan (issue 27): the A100-80GB bf16 rows only (the H100 ones ran on 96 or 94 GB parts
-  at 500 W or less, whose peak is not published, or with float8 linears); sequences 8192
-  (Llama 3) and 4096 (Llama 2), confirmed by the published MFU; FSDP2 with prefetch, SDPA's
-  flash kernel, the loss on fp32-cast logits (``eager``); its selective checkpointing (the
-  "layer" variant checkpoints every 2nd block, the "op" variant recomputes every 2nd matmul)
-  as full recompute of half the layers; none and full as published. (An approximation for
-  "op": at the run commit its policy saves SDPA's output and a block's odd matmuls, so it
-  re-runs wk, wo and w3, 36-39% of the block's matmul FLOPs, never the attention, and the
-  element-wise work; priced so, in the tenth round's session, torchtitan went 4.1 -> 4.5%,
-  Spearman 0.87 -> 0.50, and it was not adopted: it needs a recompute kind of its own, with
-  its memory and FLOP count.) (Seventh round, after
-  seeing the full-recompute rows 9-11% too slow: its checkpointing is torch's non-reentrant
+  8.2%, A100-80GB 9.2 -> 5.4%, A100-40GB 10.3 -> 7.7%; no other dataset moves.) (Eleventh
+  round, after seeing the rows with short micro-batches too fast: FSDP's own casts, divides
+  and copies around its collectives, read from torch's FullyShardedDataParallel of 1.13 and
+  2.1 and the 2024 ``fully_shard``, priced per micro-batch (``step.fsdp_copy_bytes``); the
+  2023-05 rows' PURE mixed precision reduces in bf16 and casts nothing. Mean error H100 8.2 ->
+  7.6%, A100-80GB 5.4 -> 5.3%, A100-40GB 7.7 -> 7.5%; torchtitan, ``fsdp2``, 4.1 -> 3.9%.)
+- torchtitan (issue 27): the A100-80GB bf16 rows only (the H100 ones ran on 96 or 94 GB parts at
+  500 W or less, whose peak is not published, or with float8 linears); sequences 8192 (Llama 3)
+  and 4096 (Llama 2), confirmed by the published MFU; FSDP2 (``fsdp2``) with prefetch, SDPA's
+  flash kernel, the loss on fp32-cast logits (``eager``); its selective checkpointing (the "layer"
+  variant checkpoints every 2nd block, the "op" variant recomputes every 2nd matmul) as full
+  recompute of half the layers; none and full as published. (An approximation for "op": at the run
+  commit its policy saves SDPA's output and a block's odd matmuls, so it re-runs wk, wo and w3,
+  36-39% of the block's matmul FLOPs, never the attention, and the element-wise work; priced so,
+  in the tenth round's session, torchtitan went 4.1 -> 4.5%, Spearman 0.87 -> 0.50, and it was not
+  adopted: it needs a recompute kind of its own, with its memory and FLOP count.) (Seventh round,
+  after seeing the full-recompute rows 9-11% too slow: its checkpointing is torch's non-reentrant
   checkpoint_wrapper on a 2024 nightly, which stops the recomputation before the MLP's output
   projection, ``recompute_early_stop``; a test counts the matmuls torch re-runs. The
-  full-recompute 70B rows went to +5.6% and +7.5%, the 13B no-recompute row from +0.2% to
-  +3.6% as the fitted ceiling moved. llm-foundry's runs were left as they were then, on a
-  misreading of its scripts' images; see its tenth round.)
+  full-recompute 70B rows went to +5.6% and +7.5%, the 13B no-recompute row from +0.2% to +3.6% as
+  the fitted ceiling moved. llm-foundry's runs were left as they were then, on a misreading of its
+  scripts' images; see its tenth round.)
 - BLOOM-176B (issue 27): the tr11 config: 70 layers, h 14336, 112 heads, vocab 250880 padded,
   tied, ALiBi (no position table), no dropout, TP 4, PP 12, DP 8, micro-batch 2, full
   recompute, Megatron's fused softmax, DeepSpeed's BF16 optimizer (ZeRO-1 sharded state, fp32

@@ -52,7 +52,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from suite.scale.hardware import Hardware
-from suite.scale.layout import LOGIT_METRIC, LOSS_KINDS, Layout
+from suite.scale.layout import FSDP_MODES, LOGIT_METRIC, LOSS_KINDS, Layout
 from suite.scale.model import ModelConfig
 from suite.scale.step import stage_params
 
@@ -132,13 +132,13 @@ def stage_memory(model: ModelConfig, layout: Layout, hw: Hardware) -> list[Memor
         transient = 0.0
         if layout.shards_optimizer:
             optim /= d
-        if layout.dp_mode in ("zero2", "fsdp"):
+        if layout.dp_mode in ("zero2", *FSDP_MODES):
             grads /= d
         if layout.dp_mode == "zero1_allreduce":
             grads = (FP32_GRAD_BYTES + BF16_GRAD_BYTES) * params
             if layout.grad_bytes != FP32_GRAD_BYTES:
                 transient = layout.grad_bytes * params
-        if layout.dp_mode == "fsdp":
+        if layout.dp_mode in FSDP_MODES:
             unit = 2 * model.layer_params / layout.tp  # two layers' parameters
             weights = 4 * params / d + 2 * unit
             grads = 4 * params / d + 2 * unit

@@ -8,7 +8,8 @@ the rest splits evenly (``end_stage_splits``: room for the embedding and the out
 the rest, dividing the global batch; micro-batches of 1, 2, 4, ... 16 dividing the replica's
 batch; virtual stages dividing every stage's layers (up to 8); recompute; sequence parallelism
 where TP > 1; the attention kernels and DP modes asked for (by default every DP mode but
-zero1_allreduce, which holds what zero1 holds and moves more bytes: never faster). Layouts that
+zero1_allreduce and fsdp2, which hold what zero1 and fsdp hold and move more bytes: never
+faster; ask for them by name). Layouts that
 do not fit (``suite.scale.memory``) are counted and dropped.
 """
 
@@ -24,7 +25,7 @@ from suite.scale.model import ModelConfig
 from suite.scale.step import Estimate, estimate
 from suite.scale.systems import System
 
-SEARCHED_DP_MODES = tuple(m for m in DP_MODES if m != "zero1_allreduce")
+SEARCHED_DP_MODES = tuple(m for m in DP_MODES if m not in ("zero1_allreduce", "fsdp2"))
 
 MICRO_BATCHES = (1, 2, 4, 8, 16)
 MAX_VIRTUAL_STAGES = 8

@@ -30,7 +30,11 @@ A stage's slot:
              reading 2 bytes and writing 4, the add reading 4 + 4 and writing 4): 18 bytes
              per parameter of the stage (``HP_GRAD_ACCUMULATION_BYTES``). Megatron's fp32
              main gradients accumulate inside the weight-gradient GEMM instead
-             (``--gradient-accumulation-fusion``), FSDP's reduce-scatter into the shard.
+             (``--gradient-accumulation-fusion``). FSDP casts, divides and copies each
+             micro-batch's parameters and gradients around its collectives with element-wise
+             kernels of its own (``fsdp_copy_bytes``), on its side streams beside the layers'
+             compute; an element-wise kernel at full HBM bandwidth occupies the SMs the GEMMs
+             need, so they are priced as if they ran alone.
   logits     the last stage's output GEMM (forward + backward, never recomputed) and its
              cross entropy's HBM traffic per logit (``Layout.loss``: Megatron's unfused fp32
              vocab-parallel loss 52 bytes, eager PyTorch on fp32-cast logits 36, a fused kernel
@@ -49,7 +53,7 @@ A stage's slot:
              embeddings, the first and last stages (both hold the word embedding) all-reduce
              its vocab*h/tp gradients (grad_bytes) after the last backward, unhidden
              (``tied_embedding_sync``); in the breakdown's PP part.
-  FSDP       (dp_mode fsdp) per micro-batch: the stage's parameters all-gathered for the
+  FSDP       (dp_mode fsdp, fsdp2) per micro-batch: the stage's parameters all-gathered for the
              forward and again for the backward (2 bytes, (d-1)/d of them), the gradients
              reduce-scattered (grad_bytes); with prefetch (dp_overlap) each layer's traffic hides
              under the previous layer's compute, so what shows is max(traffic - compute, one
@@ -67,7 +71,7 @@ The iteration:
              (min(r x NIC, NVLink, the measured busbw)); exposed = (1 - dp_overlap) of it plus
              what of the overlapped part does not fit the window the schedule leaves (one
              slot, plus the other v - 1 chunks of a group of min(m, p) micro-batches).
-             fsdp: in the slots above.
+             fsdp, fsdp2: in the slots above.
   optimizer  Adam over the GPU's parameters (/ d when the optimizer state is sharded): 36 bytes
              of HBM traffic per parameter.
   iteration = slots x slot + exposed DP + optimizer + tied-embedding all-reduce.
@@ -85,7 +89,7 @@ from math import ceil, log, log2
 from suite.scale.checks import check_positive_int
 from suite.scale.gemm import forward_backward_time
 from suite.scale.hardware import Hardware
-from suite.scale.layout import LOGIT_METRIC, LOSS_KINDS, Layout
+from suite.scale.layout import FSDP_MODES, LOGIT_METRIC, LOSS_KINDS, Layout
 from suite.scale.model import ModelConfig
 
 # Bytes per attention-score element (b x heads/tp x s x s) of the kernels between the attention
@@ -250,6 +254,31 @@ def fsdp_bytes_per_microbatch(model: ModelConfig, layout: Layout, local_params: 
     backward, gradients reduce-scattered."""
     d = layout.dp
     return (d - 1) / d * local_params * (2 * model.activation_bytes + layout.grad_bytes)
+
+
+def fsdp_copy_bytes(model: ModelConfig, layout: Layout) -> float:
+    """HBM bytes per parameter of a stage, per micro-batch, that FSDP's own kernels move around
+    its collectives (beside the collectives' traffic). torch's FullyShardedDataParallel
+    (``fsdp``; ``_runtime_utils``, 1.13 to 2.x) per all-gather, forward and backward, casts the
+    fp32 shard to the compute dtype (read 4, write ``activation_bytes``: 1/d of the
+    parameters) and all-gathers straight into the flat parameter; after the backward it casts
+    the unsharded gradient to the reduce dtype where that differs (reads ``activation_bytes``,
+    writes ``grad_bytes``: Composer's DEFAULT mixed precision reduces bf16 gradients in fp32,
+    PURE does not cast) and divides it by the pre-divide factor (read and write, 2 x
+    grad_bytes); on the shard, the post-divide (2 x grad_bytes) and, from an iteration's second
+    micro-batch on, the accumulation into the gradient there (two reads, one write: 3 x
+    grad_bytes). ``fsdp2`` (``fully_shard`` as torchtitan ran it in 2024,
+    ``_fsdp_collectives``) always copies the gradients into its reduce-scatter buffer (in the
+    reduce dtype) and copies each all-gather's output out into the parameters (read and write,
+    2 x activation_bytes, twice); the rest as FSDP. (Later FSDP2 lets NCCL average, ReduceOp.AVG,
+    and drops the divides; Megatron's and DeepSpeed's data parallelism scale their gradients
+    once per iteration, under 0.1% of these runs, not counted.)"""
+    a, g, m = model.activation_bytes, layout.grad_bytes, layout.micro_batches
+    gathers = 2  # the forward's and the backward's
+    fsdp2 = layout.dp_mode == "fsdp2"
+    unsharded = (a + g if g != a or fsdp2 else 0) + 2 * g + (gathers * 2 * a if fsdp2 else 0)
+    shard = gathers * (4 + a) + 2 * g + 3 * g * (m - 1) / m
+    return unsharded + shard / layout.dp
 
 
 def tied_embedding_sync(model: ModelConfig, layout: Layout, hw: Hardware,
@@ -465,7 +494,9 @@ def stage_works(model: ModelConfig, layout: Layout, hw: Hardware,
             stage_memory += HP_GRAD_ACCUMULATION_BYTES * params[i] / hw.hbm_bw
         stage_flash = layers * flash
         fsdp = 0.0
-        if layout.dp_mode == "fsdp" and layout.dp > 1:
+        if layout.dp_mode in FSDP_MODES and layout.dp > 1:
+            if terms.memory:
+                stage_memory += fsdp_copy_bytes(model, layout) * params[i] / hw.hbm_bw
             local = params[i]
             per_node = dp_ranks_per_node(layout, hw) if terms.dp_nic_sharing else 1
             traffic = fsdp_bytes_per_microbatch(model, layout, local) / dp_bandwidth(
@@ -498,7 +529,7 @@ def estimate(model: ModelConfig, hw: Hardware, layout: Layout,
     stretch = 1 + hw.straggler * log(nodes) if terms.straggler else 1.0
     local = max(stage_params(model, layout))
     dp = 0.0
-    if layout.dp > 1 and layout.dp_mode != "fsdp":
+    if layout.dp > 1 and layout.dp_mode not in FSDP_MODES:
         per_node = dp_ranks_per_node(layout, hw) if terms.dp_nic_sharing else 1
         dp = dp_bytes_per_iteration(model, layout, local) / dp_bandwidth(layout, hw, per_node)
         if terms.latency:

@@ -77,10 +77,10 @@ SYSTEMS: dict[str, System] = {
                                       dp_mode="fsdp", loss="fused", logit_metrics=2),
     "llm-foundry (H100)": System("H100", dp_overlap=1.0, attention="flash", dp_mode="fsdp",
                                  loss="fused", logit_metrics=2),
-    # torchtitan (2024, docs/performance.md): FSDP2 with prefetch, SDPA's flash kernel, the
-    # loss on fp32-cast logits (train.py: cross_entropy(pred.float(), ...)), activation
+    # torchtitan (2024, docs/performance.md): FSDP2 (fully_shard) with prefetch, SDPA's flash
+    # kernel, the loss on fp32-cast logits (train.py: cross_entropy(pred.float(), ...)), activation
     # checkpointing by torch's non-reentrant checkpoint_wrapper on a 2024 nightly (early stop)
-    "torchtitan (A100)": System("A100-80GB", dp_overlap=1.0, attention="flash", dp_mode="fsdp",
+    "torchtitan (A100)": System("A100-80GB", dp_overlap=1.0, attention="flash", dp_mode="fsdp2",
                                 loss="eager", recompute_early_stop=True),
     # BLOOM-176B (bigscience tr11): Megatron-DeepSpeed, DeepSpeed's BF16 optimizer sharding the
     # optimizer state (ZeRO-1) with fp32 gradients, which its pipeline engine all-reduces in
