@@ -57,10 +57,16 @@ def test_the_rehearsal_runs_every_step_and_leaves_records_the_report_reads(tmp_p
     from suite.scale.runs import read_runs
     from suite.scale.step import timed_layer_seconds
     rows = read_runs(out / "layer_runs.csv")
-    assert [r.layer_time_s * 1e3 for r in rows] == \
-        pytest.approx([p["ms_per_layer"] for p in layer["points"]])
+    assert [r.layer_time_s * 1e3 for r in rows] == pytest.approx(
+        [p[k] for k in ("ms_per_layer", "recompute_ms_per_layer") for p in layer["points"]])
     assert [1e3 * timed_layer_seconds(r.model, r.layout, r.hardware) for r in rows] == \
-        pytest.approx([p["model_ms_per_layer"] for p in layer["points"]])
+        pytest.approx([p[k] for k in ("model_ms_per_layer", "model_recompute_ms_per_layer")
+                       for p in layer["points"]])
+    assert [(r.layout.recompute, r.layout.recompute_early_stop) for r in rows] == \
+        [("none", False)] * 3 + [("full", True)] * 3
+    # full recompute re-runs a forward: slower than none, measured and modelled
+    assert all(r["measured"] > 1 and 1.2 < r["model"] < 1.4
+               for r in layer["recompute_over_none"])
     assert {(r.hardware.name, r.hardware.sms, r.model.dropout) for r in rows} == {
         ("H100", 4, False)}
 

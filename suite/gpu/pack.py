@@ -31,7 +31,8 @@ the workflow writes them), each step's outcome and time in ``steps.json``:
              the compute under it, which the scale model takes as nothing
   layer_intercept  GPT blocks timed forward + backward at 1 to 16 sequences: the fixed time a
              layer costs per micro-batch (the intercept of time against tokens), which the
-             scale model does not have
+             scale model does not have; and with full recompute, what it costs over none
+             beside what the model charges
   activation_memory  the same blocks' activations as autograd keeps them beside the memory
              model's term, and the caching allocator's reserved over allocated peak (what the
              model leaves to its fixed reserve), without and with full recompute

@@ -514,17 +514,21 @@ LAYER_SIZES = {"layers": 4, "hidden": 2048, "heads": 16, "seq": 1024, "batches":
 
 def _layer_runs_csv(path: Path, shape, hw, points: list[dict[str, Any]]) -> None:
     """layer_intercept's timings as layer rows of the scale model's runs CSV
-    (``layer_time_ms``): ``seedbench scale-model validate layer_runs.csv --calibrate ID`` fits
-    a system for this GPU on one of them and predicts the others."""
+    (``layer_time_ms``), without recompute and then with it: ``seedbench scale-model validate
+    layer_runs.csv --calibrate "layer b16"`` fits a system for this GPU on one of them and
+    predicts the others, the recomputed ones included."""
     import pandas as pd
 
     model = {"layers": shape.layers, "hidden": shape.hidden, "heads": shape.heads,
              "seq_len": shape.seq_len, "vocab": shape.vocab, "dropout": shape.dropout}
-    pd.DataFrame([{"id": f"layer b{p['batch']}", "dataset": "layer_intercept", "gpu": hw.name,
-                   "sms": hw.sms, **model, "gpus": 1, "tp": 1, "pp": 1,
-                   "micro_batch": p["batch"], "global_batch": p["batch"],
-                   "attention": "flash2", "layer_time_ms": p["ms_per_layer"]}
-                  for p in points]).to_csv(path, index=False)
+    runs = [{"id": f"layer b{p['batch']}{suffix}", "dataset": "layer_intercept", "gpu": hw.name,
+             "sms": hw.sms, **model, "gpus": 1, "tp": 1, "pp": 1, "micro_batch": p["batch"],
+             "global_batch": p["batch"], "attention": "flash2", "recompute": recompute,
+             "recompute_early_stop": recompute == "full", "layer_time_ms": p[key]}
+            for suffix, recompute, key in (("", "none", "ms_per_layer"),
+                                           (" full", "full", "recompute_ms_per_layer"))
+            for p in points]
+    pd.DataFrame(runs).to_csv(path, index=False)
 
 
 def layer_intercept(pack) -> dict[str, Any]:
@@ -534,7 +538,12 @@ def layer_intercept(pack) -> dict[str, Any]:
     on the unfused path in fp32, then timed forward + backward at 1 to 16 sequences; a line
     through time against tokens (``scipy.stats.linregress``) gives the fixed part per layer
     (its intercept) beside the model's own line at ceiling 1 -> OUT/layer_intercept.json, and
-    the timings as layer rows of the scale model's runs CSV -> OUT/layer_runs.csv."""
+    the timings as layer rows of the scale model's runs CSV -> OUT/layer_runs.csv. The same
+    blocks with full recompute (torch's non-reentrant checkpoint, which stops early:
+    ``recompute_early_stop``) are timed at each size too: what recompute costs over none,
+    measured against what the model charges (``recompute_over_none``; llm-foundry's rows
+    without recompute come out 4-7 points faster than its rows with it, which this tells
+    apart from the trainer's costs around the layers)."""
     import torch
     from scipy.stats import linregress
 
@@ -554,10 +563,14 @@ def layer_intercept(pack) -> dict[str, Any]:
     unfused = torch.nn.Sequential(*[Block(replace(cfg, fused=False))
                                     for _ in range(cfg.n_layer)]).to(device)
     unfused.load_state_dict(blocks.state_dict())
+    recomputed = torch.nn.Sequential(*[Block(replace(cfg, checkpointing="full"))
+                                       for _ in range(cfg.n_layer)]).to(device)
+    recomputed.load_state_dict(blocks.state_dict())
     x = torch.randn(2, sizes["seq"], cfg.n_embd, device=device)
     with torch.no_grad():
         expected = unfused(x)
         blocks.to(dtype)
+        recomputed.to(dtype)
         got = blocks(x.to(dtype)).float()
     err = ((got - expected).abs().max() / expected.abs().max()).item()
     correct = err <= (5e-2 if dtype != torch.float32 else 1e-4)
@@ -569,18 +582,30 @@ def layer_intercept(pack) -> dict[str, Any]:
                         requires_grad=True)
         grad = torch.randn_like(x)
 
-        def step(x=x, grad=grad):
-            blocks(x).backward(grad)
+        def step(x=x, grad=grad, stack=blocks):
+            stack(x).backward(grad)
+
+        def step_recomputed(x=x, grad=grad):
+            step(x, grad, recomputed)
 
         step()  # warm: kernels' first launches and allocations
+        step_recomputed()
 
         layout = Layout(tp=1, pp=1, dp=1, micro_batch=batch, global_batch=batch,
                         attention="flash2")
+        full = replace(layout, recompute="full", recompute_early_stop=True)
         rows.append({"batch": batch, "tokens": batch * sizes["seq"],
                      "ms_per_layer": _time_ms(step, device) / cfg.n_layer,
-                     "model_ms_per_layer": 1e3 * layer_seconds(shape, layout, hw)})
+                     "model_ms_per_layer": 1e3 * layer_seconds(shape, layout, hw),
+                     "recompute_ms_per_layer": _time_ms(step_recomputed, device) / cfg.n_layer,
+                     "model_recompute_ms_per_layer": 1e3 * layer_seconds(shape, full, hw)})
     report = {"gpu_preset": hw.name, "dtype": str(dtype), **sizes, "relative_error": err,
               "correct": correct, "points": rows}
+    if rows:
+        report["recompute_over_none"] = [
+            {"batch": r["batch"], "measured": r["recompute_ms_per_layer"] / r["ms_per_layer"],
+             "model": r["model_recompute_ms_per_layer"] / r["model_ms_per_layer"]}
+            for r in rows]
     if len(rows) >= 3:
         for key, name in (("ms_per_layer", "measured"), ("model_ms_per_layer", "model")):
             fit = linregress([r["tokens"] for r in rows], [r[key] for r in rows])
@@ -588,7 +613,8 @@ def layer_intercept(pack) -> dict[str, Any]:
                             "r": fit.rvalue}
     (pack.out / "layer_intercept.json").write_text(json.dumps(report, indent=1))
     _layer_runs_csv(pack.out / "layer_runs.csv", shape, hw, rows)
-    return {"correct": correct, **{k: report[k] for k in ("measured", "model") if k in report},
+    return {"correct": correct,
+            **{k: report[k] for k in ("measured", "model", "recompute_over_none") if k in report},
             **({"status": "failed"} if not correct else {})}
 
 
