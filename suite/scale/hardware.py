@@ -8,6 +8,14 @@ dense 989 TFLOP/s, HBM3 3.35 TB/s, 80 GB, NVLink 4 900 GB/s both directions; 132
 H100 Tensor Core GPU Architecture" whitepaper); NVIDIA H200 datasheet (the H100's compute,
 HBM3e 4.8 TB/s, 141 GB). Networks: DGX A100 / SuperPOD nodes carry 8 x 200 Gb/s HDR
 InfiniBand (25 GB/s per GPU), DGX H100 / H200 nodes 8 x 400 Gb/s NDR (50 GB/s per GPU).
+NVLink at the link rate. NCCL's own topology model takes 80% of it (src/graph/topo.h:
+``SM80_NVLINK_BW`` 20 GB/s of an A100 link's 25, ``SM90_NVLINK_BW`` 20.6 of an H100's;
+NVIDIA/nccl#1054), and nccl-tests' all-reduce on 8 A100s reports 200-235 GB/s busbw. Priced
+at NCCL's rate (240 and 371 GB/s), Korthikanti et al.'s Table 4, which times a 22B layer's
+forward (its TP all-reduces exposed) and backward (hidden) apart, fits worse: its ten passes
+from 1.4% to 2.2% mean error, every forward 1.6-2.9% too slow; their iterations (5.3 -> 3.9%)
+and BLOOM's search (Spearman 0.20 -> 0.37) fit better, Narayanan's worse (3.5 -> 4.4%). With
+the one direct measurement of exposed TP against it, the link rate stays.
 Latencies: NCCL's tuning model (src/graph/tuning.cc, Simple protocol).
 
 A fabric whose NCCL transport falls short of the NICs' line rate is described by what it was
