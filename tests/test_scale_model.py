@@ -452,6 +452,9 @@ def test_fsdp_casts_divides_and_copies_around_its_collectives_each_micro_batch()
     assert fsdp_copy_bytes(SMALL, replace(lay, dp_mode="fsdp")) == fsdp == 28.5
     assert added(dp_mode="fsdp") == pytest.approx([fsdp * n / HW.hbm_bw for n in params])
     assert added(dp_mode="fsdp2") == pytest.approx([(fsdp + 8) * n / HW.hbm_bw for n in params])
+    # SHARD_GRAD_OP gathers once: one cast of the shard
+    assert added(dp_mode="fsdp_grad_op") == pytest.approx(
+        [(fsdp - 6 / 2) * n / HW.hbm_bw for n in params])
     # reduced in bf16 (Composer's PURE): no cast, the divides and the accumulation at 2 bytes;
     # fully_shard still copies the gradients in
     assert added(dp_mode="fsdp", grad_bytes=2) == pytest.approx(
@@ -498,6 +501,9 @@ def test_fsdp_bytes_per_step():
     assert local == SMALL.n_params
     assert fsdp_bytes_per_microbatch(SMALL, lay, local) == pytest.approx(7 / 8 * local * 8)
     assert fsdp_bytes_per_microbatch(SMALL, replace(lay, grad_bytes=2), local) == \
+        pytest.approx(7 / 8 * local * 6)
+    # SHARD_GRAD_OP keeps the parameters gathered through the backward: one all-gather
+    assert fsdp_bytes_per_microbatch(SMALL, replace(lay, dp_mode="fsdp_grad_op"), local) == \
         pytest.approx(7 / 8 * local * 6)
     # unhidden (no prefetch): m = 4 micro-batches each wait for their traffic over NVLink (the
     # 8 ranks share a node)
@@ -693,6 +699,11 @@ def test_memory_by_hand():
     unit = 2 * model.layer_params
     assert fsdp.weights + fsdp.gradients + fsdp.optimizer == pytest.approx(
         16 * n / 4 + 4 * unit)
+    # SHARD_GRAD_OP holds every layer's gathered 2-byte parameters at the backward's start
+    grad_op = memory(model, replace(lay, dp=4, global_batch=8, dp_mode="fsdp_grad_op"),
+                     A100_80GB)
+    assert grad_op.weights == pytest.approx(4 * n / 4 + 2 * n)
+    assert (grad_op.gradients, grad_op.optimizer) == (fsdp.gradients, fsdp.optimizer)
     # a 70B model on 8 GPUs with DDP does not fit; the search marks, not ranks, it
     big = ModelConfig(layers=80, hidden=8192, heads=64, seq_len=4096, vocab=32000)
     assert not memory(big, Layout(tp=1, pp=1, dp=8, micro_batch=1, global_batch=8),
@@ -1330,7 +1341,7 @@ def test_published_runs_as_model_inputs(runs, paper):
         ("fsdp", "flash2", "fused")  # attn_impl flash: flash-attn 2
     assert mpt.iteration_time_s == pytest.approx(4096 * 2048 / 515636)
     mpt3 = by[("llmfoundry_mpt", "MPT-3b s2048 512 GPUs mb8 b4096", "llm-foundry (H100)")]
-    assert mpt3.layout.dp_mode == "zero2"  # SHARD_GRAD_OP
+    assert mpt3.layout.dp_mode == "fsdp_grad_op"  # SHARD_GRAD_OP
     triton = by[("llmfoundry_mpt", "MPT-7b s65536 8 GPUs mb1 b16", "llm-foundry (H100)")]
     assert triton.layout.attention == "flash1"  # attn_impl triton: FlashAttention-1's generation
     # Composer's two train metrics on every micro-batch's logits; torch 2.1's non-reentrant

@@ -90,8 +90,9 @@ What a paper leaves unsaid is an assumption, declared here:
   round's comparison.
 - llm-foundry MPT (issue 27; written before predicting): MPT's shapes from its yamls (vocab
   50368, tied, learned positions, biases, GELU of 4h, MHA), no dropout (the yamls' p 0), FSDP
-  FULL_SHARD as ``fsdp``, SHARD_GRAD_OP as ``zero2`` (parameters gathered once per micro-batch,
-  optimizer state and gradients sharded), forward and backward prefetch (dp_overlap 1: the
+  FULL_SHARD as ``fsdp``, SHARD_GRAD_OP as ``fsdp_grad_op`` (parameters gathered once per
+  micro-batch, optimizer state and gradients sharded; ``zero2`` until the eleventh round),
+  forward and backward prefetch (dp_overlap 1: the
   2024-01 sweep sets them; the earlier sweeps ran Composer's defaults, no forward prefetch and
   BACKWARD_POST, read in the tenth round and left at 1, as FSDP issues each unit's all-gather
   when the CPU reaches it, ahead of the GPU; with none of their traffic hidden the three
@@ -122,8 +123,10 @@ What a paper leaves unsaid is an assumption, declared here:
   round, after seeing the rows with short micro-batches too fast: FSDP's own casts, divides
   and copies around its collectives, read from torch's FullyShardedDataParallel of 1.13 and
   2.1 and the 2024 ``fully_shard``, priced per micro-batch (``step.fsdp_copy_bytes``); the
-  2023-05 rows' PURE mixed precision reduces in bf16 and casts nothing. Mean error H100 8.2 ->
-  7.6%, A100-80GB 5.4 -> 5.3%, A100-40GB 7.7 -> 7.5%; torchtitan, ``fsdp2``, 4.1 -> 3.9%.)
+  2023-05 rows' PURE mixed precision reduces in bf16 and casts nothing; SHARD_GRAD_OP, which
+  pays them too, moved from ``zero2`` to a mode of its own, ``fsdp_grad_op``. Mean error H100
+  8.2 -> 7.5%, A100-80GB 5.4 -> 5.3%, A100-40GB 7.7 -> 7.5%; torchtitan, ``fsdp2``, 4.1 ->
+  3.9%.)
 - torchtitan (issue 27): the A100-80GB bf16 rows only (the H100 ones ran on 96 or 94 GB parts at
   500 W or less, whose peak is not published, or with float8 linears); sequences 8192 (Llama 3)
   and 4096 (Llama 2), confirmed by the published MFU; FSDP2 (``fsdp2``) with prefetch, SDPA's
@@ -376,7 +379,7 @@ BLOOM_NETWORK_GBPS = 4 * 100 / 8 / 8
 BLOOM_BUSBW_GBPS = 40.55 / 8
 MPT_GPUS = {"A100-40GB": "llm-foundry (A100-40GB)", "A100-80GB": "llm-foundry (A100-80GB)",
             "H100-80GB": "llm-foundry (H100)"}
-MPT_SHARDING = {"FULL_SHARD": "fsdp", "SHARD_GRAD_OP": "zero2"}
+MPT_SHARDING = {"FULL_SHARD": "fsdp", "SHARD_GRAD_OP": "fsdp_grad_op"}
 MPT_REDUCE_BYTES = {"PURE": 2, "DEFAULT": 4}
 MPT_TORCH_1_13_ERA = "pre-2023-05"
 

@@ -27,7 +27,10 @@ Vocabularies (one place):
   per micro-batch; torch's FullyShardedDataParallel, whose flat parameters the all-gather fills
   in place); fsdp2 (the same collectives by torch's per-parameter ``fully_shard``, which copies
   each gradient into its reduce-scatter buffer and each all-gather's output out into the
-  parameters: ``suite.scale.step.fsdp_copy_bytes``).
+  parameters: ``suite.scale.step.fsdp_copy_bytes``); fsdp_grad_op (FullyShardedDataParallel's
+  SHARD_GRAD_OP, FSDP2's reshard_after_forward=False: the parameters all-gathered once per
+  micro-batch and kept through its backward, the gradients reduce-scattered and sharded with
+  the optimizer state).
 - ``LOSS_KINDS``: the cross entropy's kernels (below); ``logit_metrics``, the cross entropies a
   trainer computes besides on each micro-batch's logits, outside autograd (Composer's train
   metrics: LanguageCrossEntropy and LanguagePerplexity, a torch CrossEntropyLoss each, 2).
@@ -54,8 +57,8 @@ from suite.scale.checks import (
 
 RECOMPUTE = CHECKPOINTING  # the GPT's checkpointing modes; suite.mfu counts their FLOPs
 ATTENTION = ("unfused", "fused_softmax", "flash1", "flash2", "flash")
-DP_MODES = ("allreduce", "zero1", "zero1_allreduce", "zero2", "fsdp", "fsdp2")
-FSDP_MODES = ("fsdp", "fsdp2")  # parameters sharded and all-gathered per micro-batch
+DP_MODES = ("allreduce", "zero1", "zero1_allreduce", "zero2", "fsdp", "fsdp2", "fsdp_grad_op")
+FSDP_MODES = ("fsdp", "fsdp2", "fsdp_grad_op")  # parameters all-gathered per micro-batch
 # The cross entropy over the logits: (HBM bytes per logit forward + backward, bytes per logit
 # held at the backward's start). megatron: the vocab-parallel fp32 loss, unfused but in place
 # (cast 2+4, max 4, subtract 8, exp 8, sum 4, divide 8; backward scale 8, cast back 6: 52; it

@@ -17,7 +17,8 @@ state plus the larger of the two. FSDP
 (PyTorch's FlatParameter, FSDP2's DTensor) keeps the sharded parameters themselves in fp32 (the
 master copy: 4 bytes), their gradients (4) and the two moments (8), all over DP, plus the
 gathered 2-byte parameters and gradients of the unit in use and the one prefetched (two
-layers).
+layers); SHARD_GRAD_OP (``fsdp_grad_op``) keeps every unit's parameters gathered from its
+forward to its backward, all of the stage's 2-byte parameters at the backward's start.
 
 Activations (Korthikanti et al. 2022, Sec. 4, Eq. 1-5, generalized to GQA, any FFN width, gated
 MLPs and models without dropout): per layer and token, in bytes, with t the TP size:
@@ -140,7 +141,10 @@ def stage_memory(model: ModelConfig, layout: Layout, hw: Hardware) -> list[Memor
                 transient = layout.grad_bytes * params
         if layout.dp_mode in FSDP_MODES:
             unit = 2 * model.layer_params / layout.tp  # two layers' parameters
-            weights = 4 * params / d + 2 * unit
+            # fsdp_grad_op keeps every layer's gathered parameters from its forward to its
+            # backward: at the backward's start, all of the stage's
+            gathered = params if layout.dp_mode == "fsdp_grad_op" else unit
+            weights = 4 * params / d + 2 * gathered
             grads = 4 * params / d + 2 * unit
             optim = 8 * params / d
         inflight = in_flight * (p - i) / p if v == 1 else in_flight

@@ -77,7 +77,8 @@ def step_time(run: Run, flops_efficiency: float = 1.0) -> float:
     m, lay = run.model, run.layout
     recompute = analysis.ActivationRecomputation[lay.recompute.upper()]
     zero = {"allreduce": "NONE", "zero1": "STAGE_1", "zero1_allreduce": "STAGE_1",
-            "zero2": "STAGE_2", "fsdp": "STAGE_3", "fsdp2": "STAGE_3"}
+            "zero2": "STAGE_2", "fsdp": "STAGE_3", "fsdp2": "STAGE_3",
+            "fsdp_grad_op": "STAGE_2"}
     summary = model_analysis.training(
         batch_size_per_gpu=lay.micro_batch, global_batch_size=lay.global_batch,
         seq_len=m.seq_len, activation_recomputation=recompute,

@@ -26,9 +26,9 @@ Columns (empty = not given; names are exact, an unknown column is an error):
                 torch 2.1, which does not re-run the MLP's output projection),
                 sequence_parallel (false), attention (unfused | fused_softmax | flash1 |
                 flash2 | flash), dp_mode (allreduce | zero1 | zero1_allreduce | zero2 | fsdp |
-                fsdp2), tp_overlap, pp_overlap, dp_overlap (fractions hidden), grad_bytes (4:
-                a gradient's bytes, held and reduced; zero1_allreduce holds fp32 and reduces at
-                these), loss (megatron | eager | fused: the cross entropy's kernels,
+                fsdp2 | fsdp_grad_op), tp_overlap, pp_overlap, dp_overlap (fractions hidden),
+                grad_bytes (4: a gradient's bytes, held and reduced; zero1_allreduce holds fp32
+                and reduces at these), loss (megatron | eager | fused: the cross entropy's kernels,
                 ``suite.scale.layout.LOSS_KINDS``), logit_metrics (0: the training metrics
                 computed on each micro-batch's logits outside autograd, an eager cross entropy
                 each; Composer's trainer computes 2)

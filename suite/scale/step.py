@@ -53,8 +53,9 @@ A stage's slot:
              embeddings, the first and last stages (both hold the word embedding) all-reduce
              its vocab*h/tp gradients (grad_bytes) after the last backward, unhidden
              (``tied_embedding_sync``); in the breakdown's PP part.
-  FSDP       (dp_mode fsdp, fsdp2) per micro-batch: the stage's parameters all-gathered for the
-             forward and again for the backward (2 bytes, (d-1)/d of them), the gradients
+  FSDP       (dp_mode fsdp, fsdp2, fsdp_grad_op) per micro-batch: the stage's parameters
+             all-gathered for the forward and again for the backward (fsdp_grad_op keeps them
+             gathered: once) (2 bytes, (d-1)/d of them), the gradients
              reduce-scattered (grad_bytes); with prefetch (dp_overlap) each layer's traffic hides
              under the previous layer's compute, so what shows is max(traffic - compute, one
              layer's traffic).
@@ -71,7 +72,7 @@ The iteration:
              (min(r x NIC, NVLink, the measured busbw)); exposed = (1 - dp_overlap) of it plus
              what of the overlapped part does not fit the window the schedule leaves (one
              slot, plus the other v - 1 chunks of a group of min(m, p) micro-batches).
-             fsdp, fsdp2: in the slots above.
+             fsdp, fsdp2, fsdp_grad_op: in the slots above.
   optimizer  Adam over the GPU's parameters (/ d when the optimizer state is sharded), as a
              multi-tensor fused kernel runs it with fp32 master weights (Megatron's and
              DeepSpeed's mixed-precision optimizers): it reads the fp32 gradient, master
@@ -258,17 +259,25 @@ def dp_bytes_per_iteration(model: ModelConfig, layout: Layout, local_params: flo
     return 0.0
 
 
+def fsdp_gathers(layout: Layout) -> int:
+    """All-gathers of the parameters per micro-batch: the forward's and the backward's, or the
+    forward's alone when they stay gathered through the backward (``fsdp_grad_op``)."""
+    return 1 if layout.dp_mode == "fsdp_grad_op" else 2
+
+
 def fsdp_bytes_per_microbatch(model: ModelConfig, layout: Layout, local_params: float) -> float:
     """FSDP / ZeRO-3 per micro-batch: parameters all-gathered for the forward and the
-    backward, gradients reduce-scattered."""
+    backward (``fsdp_gathers``), gradients reduce-scattered."""
     d = layout.dp
-    return (d - 1) / d * local_params * (2 * model.activation_bytes + layout.grad_bytes)
+    return (d - 1) / d * local_params * (fsdp_gathers(layout) * model.activation_bytes
+                                         + layout.grad_bytes)
 
 
 def fsdp_copy_bytes(model: ModelConfig, layout: Layout) -> float:
     """HBM bytes per parameter of a stage, per micro-batch, that FSDP's own kernels move around
     its collectives (beside the collectives' traffic). torch's FullyShardedDataParallel
-    (``fsdp``; ``_runtime_utils``, 1.13 to 2.x) per all-gather, forward and backward, casts the
+    (``fsdp``, ``fsdp_grad_op``; ``_runtime_utils``, 1.13 to 2.x) per all-gather
+    (``fsdp_gathers``), casts the
     fp32 shard to the compute dtype (read 4, write ``activation_bytes``: 1/d of the
     parameters) and all-gathers straight into the flat parameter; after the backward it casts
     the unsharded gradient to the reduce dtype where that differs (reads ``activation_bytes``,
@@ -283,7 +292,7 @@ def fsdp_copy_bytes(model: ModelConfig, layout: Layout) -> float:
     and drops the divides; Megatron's and DeepSpeed's data parallelism scale their gradients
     once per iteration, under 0.1% of these runs, not counted.)"""
     a, g, m = model.activation_bytes, layout.grad_bytes, layout.micro_batches
-    gathers = 2  # the forward's and the backward's
+    gathers = fsdp_gathers(layout)
     fsdp2 = layout.dp_mode == "fsdp2"
     unsharded = (a + g if g != a or fsdp2 else 0) + 2 * g + (gathers * 2 * a if fsdp2 else 0)
     shard = gathers * (4 + a) + 2 * g + 3 * g * (m - 1) / m
