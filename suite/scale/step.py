@@ -277,9 +277,9 @@ def fsdp_copy_bytes(model: ModelConfig, layout: Layout) -> float:
     """HBM bytes per parameter of a stage, per micro-batch, that FSDP's own kernels move around
     its collectives (beside the collectives' traffic). torch's FullyShardedDataParallel
     (``fsdp``, ``fsdp_grad_op``; ``_runtime_utils``, 1.13 to 2.x) per all-gather
-    (``fsdp_gathers``), casts the
-    fp32 shard to the compute dtype (read 4, write ``activation_bytes``: 1/d of the
-    parameters) and all-gathers straight into the flat parameter; after the backward it casts
+    (``fsdp_gathers``) casts the fp32 shard to the compute dtype (read 4, write
+    ``activation_bytes``: 1/d of the parameters) and all-gathers straight into the flat
+    parameter; after the backward it casts
     the unsharded gradient to the reduce dtype where that differs (reads ``activation_bytes``,
     writes ``grad_bytes``: Composer's DEFAULT mixed precision reduces bf16 gradients in fp32,
     PURE does not cast) and divides it by the pre-divide factor (read and write, 2 x
