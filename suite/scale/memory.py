@@ -55,7 +55,7 @@ from dataclasses import dataclass
 from suite.scale.hardware import Hardware
 from suite.scale.layout import FSDP_MODES, LOGIT_METRIC, LOSS_KINDS, Layout
 from suite.scale.model import ModelConfig
-from suite.scale.step import stage_params
+from suite.scale.step import fsdp_gathers, stage_params
 
 OPTIMIZER_BYTES = 12
 BF16_GRAD_BYTES = 2  # zero1_allreduce: the model's bf16 gradients, kept
@@ -141,9 +141,9 @@ def stage_memory(model: ModelConfig, layout: Layout, hw: Hardware) -> list[Memor
                 transient = layout.grad_bytes * params
         if layout.dp_mode in FSDP_MODES:
             unit = 2 * model.layer_params / layout.tp  # two layers' parameters
-            # fsdp_grad_op keeps every layer's gathered parameters from its forward to its
-            # backward: at the backward's start, all of the stage's
-            gathered = params if layout.dp_mode == "fsdp_grad_op" else unit
+            # gathered once a micro-batch, every layer's parameters stay gathered from its
+            # forward to its backward: at the backward's start, all of the stage's
+            gathered = params if fsdp_gathers(layout) == 1 else unit
             weights = 4 * params / d + 2 * gathered
             grads = 4 * params / d + 2 * unit
             optim = 8 * params / d

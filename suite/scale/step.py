@@ -274,23 +274,22 @@ def fsdp_bytes_per_microbatch(model: ModelConfig, layout: Layout, local_params: 
 
 
 def fsdp_copy_bytes(model: ModelConfig, layout: Layout) -> float:
-    """HBM bytes per parameter of a stage, per micro-batch, that FSDP's own kernels move around
-    its collectives (beside the collectives' traffic). torch's FullyShardedDataParallel
-    (``fsdp``, ``fsdp_grad_op``; ``_runtime_utils``, 1.13 to 2.x) per all-gather
-    (``fsdp_gathers``) casts the fp32 shard to the compute dtype (read 4, write
-    ``activation_bytes``: 1/d of the parameters) and all-gathers straight into the flat
-    parameter; after the backward it casts
+    """HBM bytes per parameter of a stage, per micro-batch, that FSDP's own kernels move around its
+    collectives (beside the collectives' traffic). torch's FullyShardedDataParallel (``fsdp``,
+    ``fsdp_grad_op``; ``_runtime_utils``, 1.13 to 2.x) per all-gather (``fsdp_gathers``) casts
+    the fp32 shard to the compute dtype (read 4, write ``activation_bytes``: 1/d of the
+    parameters) and all-gathers straight into the flat parameter; after the backward it casts
     the unsharded gradient to the reduce dtype where that differs (reads ``activation_bytes``,
     writes ``grad_bytes``: Composer's DEFAULT mixed precision reduces bf16 gradients in fp32,
     PURE does not cast) and divides it by the pre-divide factor (read and write, 2 x
     grad_bytes); on the shard, the post-divide (2 x grad_bytes) and, from an iteration's second
     micro-batch on, the accumulation into the gradient there (two reads, one write: 3 x
-    grad_bytes). ``fsdp2`` (``fully_shard`` as torchtitan ran it in 2024,
-    ``_fsdp_collectives``) always copies the gradients into its reduce-scatter buffer (in the
-    reduce dtype) and copies each all-gather's output out into the parameters (read and write,
-    2 x activation_bytes, twice); the rest as FSDP. (Later FSDP2 lets NCCL average, ReduceOp.AVG,
-    and drops the divides; Megatron's and DeepSpeed's data parallelism scale their gradients
-    once per iteration, under 0.1% of these runs, not counted.)"""
+    grad_bytes). ``fsdp2`` (``fully_shard`` as torchtitan ran it in 2024, ``_fsdp_collectives``)
+    always copies the gradients into its reduce-scatter buffer (in the reduce dtype) and copies
+    each all-gather's output out into the parameters (read and write, 2 x activation_bytes,
+    twice); the rest as FSDP. (Later FSDP2 lets NCCL average, ReduceOp.AVG, and drops the
+    divides; Megatron's and DeepSpeed's data parallelism scale their gradients once per
+    iteration, under 0.1% of these runs, not counted.)"""
     a, g, m = model.activation_bytes, layout.grad_bytes, layout.micro_batches
     gathers = fsdp_gathers(layout)
     fsdp2 = layout.dp_mode == "fsdp2"
@@ -500,6 +499,13 @@ def stage_works(model: ModelConfig, layout: Layout, hw: Hardware,
             pp += 2 * boundaries / layout.pp * (NCCL_BASE_LATENCY + hw.network_latency_s)
     works = []
     params = stage_params(model, layout)
+    # element-wise bytes per parameter of a stage and micro-batch that the DP mode's own
+    # gradient handling moves outside the GEMMs
+    dp_handling = 0.0
+    if terms.memory and layout.dp_mode == "zero1_allreduce":
+        dp_handling = HP_GRAD_ACCUMULATION_BYTES
+    elif terms.memory and layout.dp_mode in FSDP_MODES and layout.dp > 1:
+        dp_handling = fsdp_copy_bytes(model, layout)
     for i, layers in enumerate(split):
         last = i == layout.pp - 1
         if not terms.stage_imbalance:  # the output layer's work spread over the stages
@@ -507,14 +513,10 @@ def stage_works(model: ModelConfig, layout: Layout, hw: Hardware,
         else:
             share = 1.0 if last else 0.0
         stage_gemm = layers * gemm + share * logits_gemm
-        stage_memory = layers * memory + share * loss
-        if layout.dp_mode == "zero1_allreduce" and terms.memory:
-            stage_memory += HP_GRAD_ACCUMULATION_BYTES * params[i] / hw.hbm_bw
+        stage_memory = layers * memory + share * loss + dp_handling * params[i] / hw.hbm_bw
         stage_flash = layers * flash
         fsdp = 0.0
         if layout.dp_mode in FSDP_MODES and layout.dp > 1:
-            if terms.memory:
-                stage_memory += fsdp_copy_bytes(model, layout) * params[i] / hw.hbm_bw
             local = params[i]
             per_node = dp_ranks_per_node(layout, hw) if terms.dp_nic_sharing else 1
             traffic = fsdp_bytes_per_microbatch(model, layout, local) / dp_bandwidth(
