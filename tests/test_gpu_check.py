@@ -44,6 +44,11 @@ def test_the_rehearsal_runs_every_step_and_leaves_records_the_report_reads(tmp_p
     assert set(attention["unavailable"]) == {"cudnn", "efficient"}
     assert attention["summary"]["assumed"]["flash"] == {"forward": 0.75, "backward": 0.5}
 
+    hbm = json.loads((out / "hbm_bandwidth.json").read_text())
+    assert [k["kernel"] for k in hbm["kernels"]] == ["copy", "add", "cast_fp32", "layer_norm"]
+    assert all(k["correct"] and k["gb_per_s"] > 0 for k in hbm["kernels"])
+    assert hbm["assumed_hbm_efficiency"] == 0.88 and hbm["measured_hbm_efficiency"] > 0
+
     overlap = json.loads((out / "overlap_interference.json").read_text())
     assert overlap["copy_kernel_correct"] is True and overlap["shapes"] == []
     assert overlap["unavailable"].startswith("concurrent streams need CUDA")
@@ -177,3 +182,22 @@ def test_overlap_interference_plans_and_scores_by_hand():
                                                 "max": pytest.approx(0.2), "shapes": 2}
     assert summary["slowdown_by_ctas"]["16"]["shapes"] == 1  # the uncovered entry is left out
     assert summary["lee_2025_mean"] == 0.189 and summary["model_assumes"] == 0.0
+
+
+def test_the_streaming_kernels_are_checked_before_they_are_timed():
+    import torch
+
+    from suite.gpu.steps import _streaming_kernels
+
+    kernels = _streaming_kernels(1 << 12, 64, torch.device("cpu"), torch.bfloat16,
+                                 torch.Generator().manual_seed(0))
+    for name, _, kernel, check in kernels:
+        kernel()
+        assert check(), name
+    # bytes: bf16 copy read + write, add two reads + a write, cast bf16 in fp32 out, norm
+    assert [moved for _, moved, _, _ in kernels] == [2 * 8192, 3 * 8192, 8192 + 4 * 4096,
+                                                     2 * 8192]
+    (_, _, copy, _), (_, _, add, add_correct) = kernels[:2]
+    add()
+    copy()  # the copy writes the add's output buffer: it now holds a, not a + b
+    assert not add_correct()

@@ -23,6 +23,9 @@ the workflow writes them), each step's outcome and time in ``steps.json``:
   attention_kernels  SDPA's FlashAttention, cuDNN and memory-efficient kernels, causal, head
              dimension 128, 2k-32k tokens, forward and backward as fractions of peak beside
              the fractions the scale model assumes
+  hbm_bandwidth  a copy, an add, a cast to fp32 and a LayerNorm on 512 MiB tensors: the
+             fraction of the datasheet HBM bandwidth element-wise kernels reach, beside the
+             scale model's ``hbm_efficiency`` (0.88)
   gemm_shapes  the scale model's GEMM-from-shape term: the layer GEMMs of the published H100
              runs timed in bf16 beside the model's predicted efficiency (``suite.scale.probe``),
              with the SM clock and board power NVML reads under each
@@ -120,6 +123,7 @@ REHEARSAL = Sizes(
              "shape_probes": 2},
     extra={"ladder_steps": (0, 5),  # the first and the last step: the same path, less time
            "probe_shapes": 6, "attention_heads": (2, 16), "attention_tokens": 64,
+           "hbm_elements": 1 << 16,
            "attention_lengths": (16, 32), "attention_check_len": 16,
            "overlap_ctas": (2,),
            "layer_intercept": {"layers": 1, "hidden": 32, "heads": 2, "seq": 16,

@@ -369,6 +369,65 @@ def attention_kernels(pack) -> dict[str, Any]:
             **({"status": "failed"} if wrong or not rows else {})}
 
 
+def _streaming_kernels(n: int, hidden: int, device, dtype, g) -> list[tuple]:
+    """(name, bytes moved, the kernel, its output's check) for the element-wise kinds the scale
+    model prices at ``Hardware.hbm_rate``: a copy, an add, a cast to fp32, a LayerNorm over
+    rows of ``hidden``; each check compares the output with fp32 arithmetic on the CPU."""
+    import torch
+
+    a, b = (torch.randn(n // hidden, hidden, generator=g, device=device, dtype=dtype)
+            for _ in range(2))
+    out, wide = torch.empty_like(a), torch.empty(a.shape, device=device, dtype=torch.float32)
+    size = a.element_size() * n
+    ref_a, ref_b = a[:64].float().cpu(), b[:64].float().cpu()
+    norm = torch.nn.functional.layer_norm
+
+    def close(got, want, tol):
+        return (got[:64].float().cpu() - want).abs().max().item() <= tol * want.abs().max().item()
+
+    tol = 1e-2 if dtype != torch.float32 else 1e-5
+    return [
+        ("copy", 2 * size, lambda: out.copy_(a), lambda: close(out, ref_a, 0)),
+        ("add", 3 * size, lambda: torch.add(a, b, out=out),
+         lambda: close(out, ref_a + ref_b, tol)),
+        ("cast_fp32", size + 4 * n, lambda: wide.copy_(a), lambda: close(wide, ref_a, 0)),
+        ("layer_norm", 2 * size, lambda: norm(a, (hidden,)),
+         lambda: close(norm(a, (hidden,)), norm(ref_a, (hidden,)), tol)),
+    ]
+
+
+def hbm_bandwidth(pack) -> dict[str, Any]:
+    """What the scale model's ``hbm_efficiency`` assumes (0.88 of the datasheet): the
+    element-wise kernels it prices, each checked against fp32 and timed on tensors far larger
+    than L2, their bytes over the time as a fraction of the preset's datasheet bandwidth ->
+    OUT/hbm_bandwidth.json. The measured efficiency is the best of the copy, the add and the
+    cast; LayerNorm (a reduction per row first) is recorded beside them."""
+    import torch
+
+    device = torch.device(pack.sizes.device)
+    dtype, hw, _ = _probe_runs(pack)
+    n = pack.sizes.extra.get("hbm_elements", 1 << 28)  # 512 MiB of bf16, 10x an H100's L2
+    g = torch.Generator(device=device).manual_seed(0)
+    rows = []
+    for name, moved, kernel, check in _streaming_kernels(n, 4096 if n >= 1 << 20 else 64,
+                                                         device, dtype, g):
+        kernel()
+        row = {"kernel": name, "elements": n, "bytes": moved, "correct": bool(check())}
+        if row["correct"]:
+            ms = _time_ms(kernel, device)
+            row.update(ms=ms, gb_per_s=moved / ms / 1e6,
+                       fraction_of_datasheet=moved / (ms / 1e3) / hw.hbm_bw)
+        rows.append(row)
+    timed = [r["fraction_of_datasheet"] for r in rows if "ms" in r and r["kernel"] != "layer_norm"]
+    report = {"gpu_preset": hw.name, "dtype": str(dtype), "datasheet_hbm_bw": hw.hbm_bw,
+              "assumed_hbm_efficiency": hw.hbm_efficiency,
+              "measured_hbm_efficiency": max(timed) if timed else None, "kernels": rows}
+    (pack.out / "hbm_bandwidth.json").write_text(json.dumps(report, indent=1))
+    wrong = [r["kernel"] for r in rows if not r["correct"]]
+    return {"assumed": hw.hbm_efficiency, "measured": report["measured_hbm_efficiency"],
+            "incorrect": wrong, **({"status": "failed"} if wrong else {})}
+
+
 def _attention_outputs(backend, qkv) -> list:
     """Causal SDPA on ``backend``: its output, and the gradients of q, k and v for one fixed
     upstream gradient (the correctness check compares all four)."""
@@ -692,6 +751,7 @@ def activation_memory(pack) -> dict[str, Any]:
 # serving before the scale model's probes: the first H200 run measured those, and not serving
 STEPS = (("env", env), ("kernels", kernels), ("tune", tune), ("peak", peak), ("mha", mha),
          ("bert", bert), ("gpt", gpt), ("serving", serving), ("ladder", ladder),
-         ("attention_kernels", attention_kernels), ("gemm_shapes", gemm_shapes),
+         ("attention_kernels", attention_kernels), ("hbm_bandwidth", hbm_bandwidth),
+         ("gemm_shapes", gemm_shapes),
          ("overlap_interference", overlap_interference), ("layer_intercept", layer_intercept),
          ("activation_memory", activation_memory))

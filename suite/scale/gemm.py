@@ -62,7 +62,7 @@ def shape_efficiency(g: Gemm, hw: Hardware) -> float:
 def gemm_time(g: Gemm, hw: Hardware, element_bytes: int = 2) -> float:
     """Seconds of one GEMM at ceiling 1 (divide by ``hw.gemm_efficiency``)."""
     compute = g.flops / (hw.peak_flops * shape_efficiency(g, hw))
-    traffic = g.batch * (g.m * g.k + g.k * g.n + g.m * g.n) * element_bytes / hw.hbm_bw
+    traffic = g.batch * (g.m * g.k + g.k * g.n + g.m * g.n) * element_bytes / hw.hbm_rate
     return max(compute, traffic)
 
 

@@ -18,6 +18,18 @@ and BLOOM's search (Spearman 0.20 -> 0.37) fit better, Narayanan's worse (3.5 ->
 the one direct measurement of exposed TP against it, the link rate stays.
 Latencies: NCCL's tuning model (src/graph/tuning.cc, Simple protocol).
 
+HBM: the datasheet bandwidth is the interface's peak, which no kernel reaches. Every HBM-bound
+time (element-wise kernels, the loss, the optimizer, FSDP's copies, a thin GEMM's roofline) is
+priced at ``hbm_efficiency`` of it, 0.88 on every preset: a read kernel on an A100-80GB SXM
+reaches 1.80 TB/s of the 2.04, 88% by Nsight Compute's count too, and the best kernel of an NVIDIA
+GTC talk about 90% (NVIDIA developer forums, "Trouble to Reach Peak Bandwidth of A100", 2025);
+on H100 SXM torchao's quantization kernels, streaming bf16 in and fp8 out, reach 2.63-2.79 of
+the 3.35 TB/s (79-83%; pytorch/ao benchmarks/prototype/blockwise_fp8_training, 2026-03), and its
+roofline model takes 92% for large Triton point-wise kernels on Meta's 2.4 TB/s H100 variant
+(torchao/testing/training/roofline_utils.py, ``pct_achievable_mem_bw``). One value, measured on a
+listed GPU, not fitted; ``seedbench gpu-check``'s hbm_bandwidth step measures it on the GPU it
+runs on. Memory capacity is unaffected.
+
 A fabric whose NCCL transport falls short of the NICs' line rate is described by what it was
 measured to do, ``network_busbw``: the bus bandwidth of an all-reduce across nodes at large
 messages (nccl-tests' busbw; the rate of each link of the ring). It caps every transfer that
@@ -89,8 +101,14 @@ class Hardware:
     nvlink_latency_s: float = 3.4e-6
     network_latency_s: float = 9.6e-6
     network_busbw: float | None = None  # measured cross-node all-reduce busbw; None: NIC rate
+    hbm_efficiency: float = 0.88  # the fraction of hbm_bw streaming kernels reach
     gemm_efficiency: float = 1.0
     straggler: float = 0.0
+
+    @property
+    def hbm_rate(self) -> float:
+        """Bytes/s an HBM-bound kernel moves: ``hbm_bw`` x ``hbm_efficiency``."""
+        return self.hbm_bw * self.hbm_efficiency
 
     def flash_fractions(self, kind: str) -> tuple[float, float]:
         """(forward, backward) fraction of peak of a ``flash``, ``flash2`` or ``flash1``
@@ -113,9 +131,10 @@ class Hardware:
         if not self.tiles or any(len(t) != 2 or not all(isinstance(x, Integral) and x > 0
                                                         for x in t) for t in self.tiles):
             raise ValueError(f"tiles={self.tiles!r} must be (M, N) pairs of positive integers")
-        check_positive("gemm_efficiency", self.gemm_efficiency)
-        if self.gemm_efficiency > 1:
-            raise ValueError(f"gemm_efficiency={self.gemm_efficiency!r} must be in (0, 1]")
+        for name in ("hbm_efficiency", "gemm_efficiency"):
+            check_positive(name, getattr(self, name))
+            if getattr(self, name) > 1:
+                raise ValueError(f"{name}={getattr(self, name)!r} must be in (0, 1]")
         if isinstance(self.straggler, bool) or not isinstance(self.straggler, Real) or \
                 self.straggler < 0:
             raise ValueError(f"straggler={self.straggler!r} must be a number >= 0")

@@ -15,7 +15,8 @@ Columns (empty = not given; names are exact, an unknown column is an error):
                 dropout (true), norm (layernorm | rmsnorm)
   GPU           gpu: a preset (``suite.scale.hardware.HARDWARE``), or its numbers: peak_tflops
                 (dense bf16), hbm_gbps, nvlink_gbps and network_gbps (GB/s per GPU, one
-                direction), sms; optional hbm_gb, gpus_per_node (8), network_busbw_gbps (the
+                direction), sms; optional hbm_gb, hbm_efficiency (0.88: the fraction of
+                hbm_gbps that streaming kernels reach), gpus_per_node (8), network_busbw_gbps (the
                 bus bandwidth an all-reduce across nodes was measured at, nccl-tests' busbw:
                 caps every transfer between nodes, for a fabric slower than its NICs); numbers
                 given with a preset override it
@@ -63,7 +64,7 @@ INTEGER = ("layers", "hidden", "heads", "seq_len", "vocab", "kv_heads", "ffn_hid
            "tp", "pp", "dp", "virtual_stages", "micro_batch", "global_batch",
            "first_stage_layers", "last_stage_layers", "grad_bytes", "gpus_per_node", "sms")
 COUNT = ("logit_metrics",)  # integers that may be 0
-NUMBER = ("peak_tflops", "hbm_gbps", "hbm_gb", "nvlink_gbps", "network_gbps",
+NUMBER = ("peak_tflops", "hbm_gbps", "hbm_gb", "hbm_efficiency", "nvlink_gbps", "network_gbps",
           "network_busbw_gbps", "iteration_time_s", "tokens_per_s", "mfu_percent",
           "layer_time_ms", "memory_gib")
 FRACTION = ("tp_overlap", "pp_overlap", "dp_overlap", "recompute_fraction")
@@ -189,8 +190,8 @@ def _hardware(row: dict) -> Hardware:
     scale = {"peak_tflops": ("peak_flops", 1e12), "hbm_gbps": ("hbm_bw", 1e9),
              "nvlink_gbps": ("nvlink_bw", 1e9), "network_gbps": ("network_bw", 1e9),
              "network_busbw_gbps": ("network_busbw", 1e9),
-             "hbm_gb": ("hbm_bytes", 1e9), "gpus_per_node": ("gpus_per_node", 1),
-             "sms": ("sms", 1)}
+             "hbm_gb": ("hbm_bytes", 1e9), "hbm_efficiency": ("hbm_efficiency", 1),
+             "gpus_per_node": ("gpus_per_node", 1), "sms": ("sms", 1)}
     given = {field: row[c] * unit for c, (field, unit) in scale.items() if c in row}
     return replace(hw, **given)
 

@@ -381,7 +381,7 @@ def _layer_passes(model: ModelConfig, layout: Layout, hw: Hardware, terms: Terms
         shard = tp if layout.sequence_parallel else 1
         ffn = model.ffn_hidden / tp / h
         act_fwd, act_bwd = (3 * ffn, 5 * ffn) if model.gated_mlp else (2 * ffn, 3 * ffn)
-        unit = b * s * h * act / hw.hbm_bw
+        unit = b * s * h * act / hw.hbm_rate
         memory[0] += (fwd_units / shard + act_fwd) * unit
         memory[1] += ((2 * fwd_units + rerun_units * full) / shard + act_fwd * full
                       + act_bwd) * unit
@@ -389,7 +389,7 @@ def _layer_passes(model: ModelConfig, layout: Layout, hw: Hardware, terms: Terms
             fwd_b, bwd_b = SCORE_BYTES[kind]
             if model.dropout:
                 fwd_b, bwd_b = fwd_b + DROPOUT_SCORE_BYTES, bwd_b + DROPOUT_SCORE_BYTES
-            scores = b * (model.heads / tp) * s * s / hw.hbm_bw
+            scores = b * (model.heads / tp) * s * s / hw.hbm_rate
             memory[0] += scores * fwd_b
             memory[1] += scores * (fwd_b * forward_reruns("scores", layout) + bwd_b)
     return (gemm[0], flash[0], memory[0]), (gemm[1], flash[1], memory[1])
@@ -475,7 +475,7 @@ def _logits_compute(model: ModelConfig, layout: Layout, hw: Hardware,
     else:
         fwd, bwd = g.flops / hw.peak_flops, 2 * g.flops / hw.peak_flops
     per_logit = LOSS_KINDS[layout.loss][0] + layout.logit_metrics * LOGIT_METRIC[0]
-    loss = per_logit * g.m * g.n / hw.hbm_bw if terms.loss else 0.0
+    loss = per_logit * g.m * g.n / hw.hbm_rate if terms.loss else 0.0
     return fwd + bwd, loss
 
 
@@ -513,7 +513,7 @@ def stage_works(model: ModelConfig, layout: Layout, hw: Hardware,
         else:
             share = 1.0 if last else 0.0
         stage_gemm = layers * gemm + share * logits_gemm
-        stage_memory = layers * memory + share * loss + dp_handling * params[i] / hw.hbm_bw
+        stage_memory = layers * memory + share * loss + dp_handling * params[i] / hw.hbm_rate
         stage_flash = layers * flash
         fsdp = 0.0
         if layout.dp_mode in FSDP_MODES and layout.dp > 1:
@@ -560,7 +560,7 @@ def estimate(model: ModelConfig, hw: Hardware, layout: Layout,
         window = work * (1 + min(m, p) * (v - 1) / v)
         dp_exposed += max(0.0, layout.dp_overlap * dp - window)
     shard = layout.dp if layout.shards_optimizer else 1
-    optimizer = local / shard * ADAM_BYTES_PER_PARAM / hw.hbm_bw if terms.optimizer else 0.0
+    optimizer = local / shard * ADAM_BYTES_PER_PARAM / hw.hbm_rate if terms.optimizer else 0.0
     embedding = tied_embedding_sync(model, layout, hw, terms.latency) \
         if terms.tied_embedding else 0.0
     time = slots * work * stretch + dp_exposed + optimizer + embedding
