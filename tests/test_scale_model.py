@@ -538,6 +538,11 @@ def test_fsdp_bytes_per_step():
     traffic = 7 / 8 * local * 8 / HW.nvlink_bw
     assert hidden.breakdown["fsdp_exposed_s"] == pytest.approx(4 * max(
         traffic - est.breakdown["gemm_s"] / 4, traffic / 4))
+    # with NCCL's latency: each of the 4 layers' two all-gathers and reduce-scatter is a ring
+    # of 8 ranks on one node, one pass each
+    latency = 4 * 3 * ring_latency(8, 1, HW, passes=1)
+    assert estimate(SMALL, HW, lay, replace(terms, latency=True)).breakdown[
+        "fsdp_exposed_s"] == pytest.approx(4 * (traffic + latency))
     # zero1 / zero2: once per iteration, reduce-scatter at grad_bytes + all-gather at 2 bytes
     z1 = replace(lay, dp_mode="zero1")
     assert dp_bytes_per_iteration(SMALL, z1, local) == pytest.approx(7 / 8 * local * 6)
@@ -560,6 +565,9 @@ def test_ring_and_tree_latency_with_nodes():
     assert allreduce_latency(16, 16, hw) == tree_latency(16, 16, hw)
     assert ring_latency(8, 1, hw) == pytest.approx(NCCL_BASE_LATENCY + 14 * 3.4e-6)
     assert ring_latency(1, 1, hw) == tree_latency(1, 1, hw) == 0
+    # an all-gather or a reduce-scatter is one pass around the ring: half the steps
+    assert ring_latency(16, 2, hw, passes=1) == pytest.approx(
+        NCCL_BASE_LATENCY + 1 * 9.6e-6 + 14 * 3.4e-6)
 
 
 def test_dp_ranks_of_a_node_share_its_nics():

@@ -56,9 +56,10 @@ A stage's slot:
   FSDP       (dp_mode fsdp, fsdp2, fsdp_grad_op) per micro-batch: the stage's parameters
              all-gathered for the forward and again for the backward (fsdp_grad_op keeps them
              gathered: once) (2 bytes, (d-1)/d of them), the gradients
-             reduce-scattered (grad_bytes); with prefetch (dp_overlap) each layer's traffic hides
-             under the previous layer's compute, so what shows is max(traffic - compute, one
-             layer's traffic).
+             reduce-scattered (grad_bytes), each collective per layer (FSDP's unit) a ring of d
+             ranks with NCCL's latency (one pass); with prefetch (dp_overlap) each layer's
+             traffic hides under the previous layer's compute, so what shows is
+             max(traffic - compute, one layer's traffic).
   slot       (GEMMs + attention + memory + exposed TP + exposed PP + exposed FSDP)
              x (1 + straggler ln nodes).
 The iteration:
@@ -169,11 +170,12 @@ def ring_factor(n: int) -> float:
     return 2 * (n - 1) / n
 
 
-def ring_latency(ranks: int, nodes: int, hw: Hardware) -> float:
-    """NCCL's ring all-reduce latency: base + 2(ranks-1) steps, 2(nodes-1) over the network."""
+def ring_latency(ranks: int, nodes: int, hw: Hardware, passes: int = 2) -> float:
+    """NCCL's ring latency: base + passes x (ranks-1) steps, passes x (nodes-1) of them over the
+    network; an all-reduce makes 2 passes, an all-gather or a reduce-scatter 1."""
     if ranks == 1:
         return 0.0
-    steps, net_steps = 2 * (ranks - 1), 2 * (nodes - 1)
+    steps, net_steps = passes * (ranks - 1), passes * (nodes - 1)
     return (NCCL_BASE_LATENCY + net_steps * hw.network_latency_s
             + (steps - net_steps) * hw.nvlink_latency_s)
 
@@ -521,6 +523,10 @@ def stage_works(model: ModelConfig, layout: Layout, hw: Hardware,
             per_node = dp_ranks_per_node(layout, hw) if terms.dp_nic_sharing else 1
             traffic = fsdp_bytes_per_microbatch(model, layout, local) / dp_bandwidth(
                 layout, hw, per_node)
+            if terms.latency:
+                dp_nodes = ceil(layout.dp / per_node)
+                traffic += layers * (fsdp_gathers(layout) + 1) * ring_latency(
+                    layout.dp, dp_nodes, hw, passes=1)
             compute = stage_gemm / hw.gemm_efficiency + stage_flash + stage_memory
             hidden = max(traffic - compute, traffic / max(layers, 1))
             fsdp = (1 - layout.dp_overlap) * traffic + layout.dp_overlap * hidden
