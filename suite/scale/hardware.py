@@ -22,7 +22,7 @@ HBM: the datasheet bandwidth is the interface's peak, which no kernel reaches. E
 time (element-wise kernels, the loss, the optimizer, FSDP's copies, a thin GEMM's roofline) is
 priced at ``hbm_efficiency`` of it, 0.88 on every preset: a read kernel on an A100-80GB SXM
 reaches 1.80 TB/s of the 2.04, 88% by Nsight Compute's count too, and the best kernel of an NVIDIA
-GTC talk about 90% (NVIDIA developer forums, "Trouble to Reach Peak Bandwidth of A100", 2025);
+GTC talk about 90% (NVIDIA developer forums, "Trouble to Reach Peak Bandwidth of A100");
 on H100 SXM torchao's quantization kernels, streaming bf16 in and fp8 out, reach 2.63-2.79 of
 the 3.35 TB/s (79-83%; pytorch/ao benchmarks/prototype/blockwise_fp8_training, 2026-03), and its
 roofline model takes 92% for large Triton point-wise kernels on Meta's 2.4 TB/s H100 variant

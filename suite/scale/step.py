@@ -10,14 +10,16 @@ A stage's slot:
              MLP's output projection, whose input is the last tensor the backward saved),
              selective the attention block's.
   attention  unfused / fused_softmax: the Q K^T and P V batched GEMMs as above, and the s x s
-             scores written and read (bytes per score element, forward and backward, at HBM
-             bandwidth: ``SCORE_BYTES``; dropout adds its read, write and mask); recompute
+             scores written and read (bytes per score element, forward and backward, at the
+             HBM rate: ``SCORE_BYTES``; dropout adds its read, write and mask); recompute
              repeats the forward's. flash, flash2, flash1: FlashAttention's FLOPs (causal: the
              kernel skips the blocks above the diagonal, so half of the dense count; its
              backward runs 5 matmuls to the forward's 2: 2.5 x) at the kernel's published
              fraction of peak (``Hardware.flash_fractions``); no scores in HBM; recompute
              re-runs its forward.
-  memory     element-wise work of a layer per token, in h-sized activations of 2 bytes: two
+  memory     (every HBM-bound time here runs at ``Hardware.hbm_rate``: the 0.88 of the
+             datasheet bandwidth that streaming kernels reach)
+             element-wise work of a layer per token, in h-sized activations of 2 bytes: two
              norms (read + write each), two residual adds (2 reads + 1 write), two dropouts
              (read + write) when the model has dropout: forward 10 (+4), backward twice that;
              sequence parallelism shards it over the TP ranks; full recompute repeats the
@@ -33,8 +35,8 @@ A stage's slot:
              (``--gradient-accumulation-fusion``). FSDP casts, divides and copies each
              micro-batch's parameters and gradients around its collectives with element-wise
              kernels of its own (``fsdp_copy_bytes``), on its side streams beside the layers'
-             compute; an element-wise kernel at full HBM bandwidth occupies the SMs the GEMMs
-             need, so they are priced as if they ran alone.
+             compute; an element-wise kernel streaming at the HBM rate occupies the SMs the
+             GEMMs need, so they are priced as if they ran alone.
   logits     the last stage's output GEMM (forward + backward, never recomputed) and its
              cross entropy's HBM traffic per logit (``Layout.loss``: Megatron's unfused fp32
              vocab-parallel loss 52 bytes, eager PyTorch on fp32-cast logits 36, a fused kernel
