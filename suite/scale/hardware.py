@@ -56,6 +56,10 @@ long sequences of training), per kernel kind (``suite.scale.layout.ATTENTION``):
 - ``flash``, the architecture's best kernel: FlashAttention-2 on Ampere; on Hopper the kernels
   written for it (FlashAttention-3: up to 75% forward in bf16, about half the peak backward;
   cuDNN's fused attention, which Transformer Engine runs, on par in that paper's Fig. 5/6).
+  Causal, as training runs them, they reach less forward than that non-causal peak: the lent
+  H200 measured cuDNN's at 53-65% forward (median 63%) and 43-54% backward (median 52%) over
+  2k-32k tokens at head dimension 128 (``seedbench gpu-check``'s attention_kernels step), so
+  Hopper's preset takes 63% / 50% (75% forward until the twelfth round).
 - ``flash1``, the generation before FlashAttention-2 (FlashAttention-1, and the Triton kernel of
   its time, ``flash_attn_triton``, that llm-foundry runs as ``attn_impl: triton``): half of
   FlashAttention-2 on the same GPU. Dao 2023 measures FlashAttention-2 "around 2x faster" than
@@ -146,7 +150,7 @@ A100_40GB = Hardware("A100-40GB", peak_flops=312e12, nvlink_bw=300e9, network_bw
                      hbm_bw=1.555e12, hbm_bytes=40 * GiB, sms=108)
 H100_SXM = Hardware("H100", peak_flops=989e12, nvlink_bw=450e9, network_bw=50e9,
                     hbm_bw=3.35e12, hbm_bytes=80 * GiB, sms=132, pipeline_stages=4,
-                    flash_fwd=0.75, flash_bwd=0.5, flash2_fwd=0.35, flash2_bwd=0.3,
+                    flash_fwd=0.63, flash_bwd=0.5, flash2_fwd=0.35, flash2_bwd=0.3,
                     flash1_fwd=0.175, flash1_bwd=0.15)
 H200_SXM = replace(H100_SXM, name="H200", hbm_bw=4.8e12, hbm_bytes=141e9)  # H100's compute
 # "A100" is the 80 GB part: the published A100 runs (Selene, MegaScale) used it.
