@@ -222,6 +222,14 @@ def cross_node_rate(hw: Hardware, ranks_per_node: int = 1) -> float:
     return rate if hw.network_busbw is None else min(rate, hw.network_busbw)
 
 
+def dp_group_nodes(layout: Layout, hw: Hardware, ranks_per_node: int) -> int:
+    """Nodes one DP group spans, ``ranks_per_node`` of its ranks on each (at most the job's
+    nodes when one is counted per node)."""
+    if ranks_per_node == 1:
+        return min(layout.dp, max(1, ceil(layout.gpus / hw.gpus_per_node)))
+    return ceil(layout.dp / ranks_per_node)
+
+
 def dp_bandwidth(layout: Layout, hw: Hardware, ranks_per_node: int) -> float:
     """Per-rank rate of a DP ring: NVLink when the group fits in a node, else
     ``cross_node_rate``."""
@@ -510,6 +518,13 @@ def stage_works(model: ModelConfig, layout: Layout, hw: Hardware,
         dp_handling = HP_GRAD_ACCUMULATION_BYTES
     elif terms.memory and layout.dp_mode in FSDP_MODES and layout.dp > 1:
         dp_handling = fsdp_copy_bytes(model, layout)
+    fsdp_rate = fsdp_latency = 0.0  # per stage: bytes/s of its rings, and each ring's latency
+    if layout.dp_mode in FSDP_MODES and layout.dp > 1:
+        per_node = dp_ranks_per_node(layout, hw) if terms.dp_nic_sharing else 1
+        fsdp_rate = dp_bandwidth(layout, hw, per_node)
+        if terms.latency:
+            fsdp_latency = ring_latency(layout.dp, dp_group_nodes(layout, hw, per_node), hw,
+                                        passes=1)
     for i, layers in enumerate(split):
         last = i == layout.pp - 1
         if not terms.stage_imbalance:  # the output layer's work spread over the stages
@@ -520,15 +535,9 @@ def stage_works(model: ModelConfig, layout: Layout, hw: Hardware,
         stage_memory = layers * memory + share * loss + dp_handling * params[i] / hw.hbm_rate
         stage_flash = layers * flash
         fsdp = 0.0
-        if layout.dp_mode in FSDP_MODES and layout.dp > 1:
-            local = params[i]
-            per_node = dp_ranks_per_node(layout, hw) if terms.dp_nic_sharing else 1
-            traffic = fsdp_bytes_per_microbatch(model, layout, local) / dp_bandwidth(
-                layout, hw, per_node)
-            if terms.latency:
-                dp_nodes = ceil(layout.dp / per_node)
-                traffic += layers * (fsdp_gathers(layout) + 1) * ring_latency(
-                    layout.dp, dp_nodes, hw, passes=1)
+        if fsdp_rate:
+            traffic = fsdp_bytes_per_microbatch(model, layout, params[i]) / fsdp_rate \
+                + layers * (fsdp_gathers(layout) + 1) * fsdp_latency
             compute = stage_gemm / hw.gemm_efficiency + stage_flash + stage_memory
             hidden = max(traffic - compute, traffic / max(layers, 1))
             fsdp = (1 - layout.dp_overlap) * traffic + layout.dp_overlap * hidden
@@ -561,8 +570,8 @@ def estimate(model: ModelConfig, hw: Hardware, layout: Layout,
         per_node = dp_ranks_per_node(layout, hw) if terms.dp_nic_sharing else 1
         dp = dp_bytes_per_iteration(model, layout, local) / dp_bandwidth(layout, hw, per_node)
         if terms.latency:
-            dp_nodes = min(layout.dp, nodes) if per_node == 1 else ceil(layout.dp / per_node)
-            dp += ceil(local / DP_BUCKET_PARAMS) * allreduce_latency(layout.dp, dp_nodes, hw)
+            dp += ceil(local / DP_BUCKET_PARAMS) * allreduce_latency(
+                layout.dp, dp_group_nodes(layout, hw, per_node), hw)
     dp_exposed = (1 - layout.dp_overlap) * dp
     if terms.dp_window and layout.dp_overlap > 0:
         window = work * (1 + min(m, p) * (v - 1) / v)
