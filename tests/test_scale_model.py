@@ -29,7 +29,7 @@ from suite.scale.gemm import backward_gemms, gemm_time, k_efficiency, shape_effi
     tile_efficiency
 from suite.scale.hardware import A100_80GB, H100_SXM, GiB, Hardware
 from suite.scale.layout import Layout
-from suite.scale.memory import RESERVE_BYTES, layer_activation_bytes, memory
+from suite.scale.memory import RESERVE_BYTES, layer_activation_bytes, memory, stage_memory
 from suite.scale.model import Gemm, ModelConfig
 from suite.scale.runs import RunsError, read_runs, runs_from_frame
 from suite.scale.search import end_stage_splits, search
@@ -737,6 +737,29 @@ def test_memory_by_hand():
     big = ModelConfig(layers=80, hidden=8192, heads=64, seq_len=4096, vocab=32000)
     assert not memory(big, Layout(tp=1, pp=1, dp=8, micro_batch=1, global_batch=8),
                       A100_80GB).fits
+
+
+def test_pipeline_stages_hold_what_1f1b_keeps_in_flight_and_recompute_recreates():
+    """Stage i of 1F1B holds min(m, p - i) micro-batches (2 micro-batches on 4 stages: 2, 2,
+    2, 1, not the first stage's 2 scaled down by (p - i)/p); the layer whose backward runs
+    re-creates what recompute dropped: all of its activations (full), its scores
+    (selective)."""
+    model = ModelConfig(layers=8, hidden=1024, heads=8, seq_len=1024, vocab=1000)
+    lay = Layout(tp=1, pp=4, dp=1, micro_batch=1, global_batch=2, attention="fused_softmax")
+    stored, full = layer_activation_bytes(model, lay)
+    logits = 6 * 1024 * 1000  # the last stage's loss, Megatron's 6 bytes a logit
+    acts = [m.activations for m in stage_memory(model, lay, A100_80GB)]
+    assert acts == pytest.approx([2 * 2 * full, 2 * 2 * full, 2 * 2 * full,
+                                  2 * 1 * full + logits])
+    selective = replace(lay, recompute="selective")
+    kept, _ = layer_activation_bytes(model, selective)
+    assert kept < full
+    acts = [m.activations for m in stage_memory(model, selective, A100_80GB)]
+    assert acts[0] == pytest.approx(2 * 2 * kept + (full - kept))
+    layer_input = 1024 * 2 * 1024
+    acts = [m.activations for m in stage_memory(model, replace(lay, recompute="full"),
+                                                A100_80GB)]
+    assert acts[1] == pytest.approx(2 * 2 * layer_input + full)
 
 
 def test_every_published_run_fits_and_torchtitans_peak_memory(runs, paper):

@@ -33,8 +33,11 @@ MLPs and models without dropout): per layer and token, in bytes, with t the TP s
   drops the scores; full recompute keeps only each layer's input (2h, / t with sequence
   parallelism) plus one layer's full activations while it is recomputed (on the
   ``recompute_fraction`` of the layers it covers).
-In flight: the first stage of 1F1B holds min(m, p) micro-batches (Narayanan et al. 2021), the
-interleaved schedule (1 + (p - 1)/(p v)) times that (Korthikanti et al. Sec. 4.2.3). The last
+Selective recompute re-creates the scores of the one layer whose backward runs, full recompute
+that layer's whole activations. In flight: stage i of 1F1B holds min(m, p - i) micro-batches
+(its p - i - 1 warm-up forwards and the one in 1F1B; Narayanan et al. 2021), each stage of the
+interleaved schedule (1 + (p - 1)/(p v)) min(m, p) (Korthikanti et al. Sec. 4.2.3: the first
+stage's, taken for all). The last
 stage also holds what its cross entropy keeps per logit (``suite.scale.layout.LOSS_KINDS``:
 6 bytes for Megatron's, 14 for eager PyTorch's on fp32-cast logits, 2 for a fused kernel), and
 a trainer that computes metrics on the logits after the backward (``logit_metrics``) holds 10
@@ -122,10 +125,13 @@ def stage_memory(model: ModelConfig, layout: Layout, hw: Hardware) -> list[Memor
     """Each stage's memory on one of its GPUs, first to last."""
     split = layout.stage_layers(model.layers)
     d = layout.dp
-    _, working = layer_activation_bytes(model, layout)
+    stored, working = layer_activation_bytes(model, layout)
     p, v, m = layout.pp, layout.virtual_stages, layout.micro_batches
-    in_flight = min(m, p) * (1 + (p - 1) / (p * v) if v > 1 else 1)
+    interleaved = min(m, p) * (1 + (p - 1) / (p * v))
     f = layout.full_recompute
+    # the layer whose backward runs re-creates what recompute dropped: all of it (full), its
+    # scores (selective)
+    recreated = working if f else (working - stored if layout.recompute == "selective" else 0.0)
     per_layer = kept_per_layer(model, layout)
     stages = []
     for i, (layers, params) in enumerate(zip(split, stage_params(model, layout))):
@@ -147,10 +153,8 @@ def stage_memory(model: ModelConfig, layout: Layout, hw: Hardware) -> list[Memor
             weights = 4 * params / d + 2 * gathered
             grads = 4 * params / d + 2 * unit
             optim = 8 * params / d
-        inflight = in_flight * (p - i) / p if v == 1 else in_flight
-        acts = layers * per_layer * max(inflight, 1)
-        if f:
-            acts += working
+        inflight = min(m, p - i) if v == 1 else interleaved
+        acts = layers * per_layer * inflight + recreated
         if i == p - 1:
             logits = layout.micro_batch * model.seq_len * model.vocab / layout.tp
             acts += LOSS_KINDS[layout.loss][1] * logits
