@@ -2,10 +2,11 @@
 for every system: a faster machine never slows a layout, nor does hiding more communication; a
 better attention kernel is never slower nor bigger; recompute trades time for memory in order;
 sequence parallelism never grows memory, nor do fewer KV heads or a smaller vocabulary cost
-anything; a larger batch never lowers throughput. A term that breaks one of these misranks layouts
+anything; a larger batch never lowers throughput; switching off a term that prices a cost never
+slows a layout. A term that breaks one of these misranks layouts
 wherever it applies, whichever rows it was read against."""
 
-from dataclasses import replace
+from dataclasses import fields, replace
 from functools import cache
 
 import pytest
@@ -15,7 +16,7 @@ from suite.scale.layout import ATTENTION
 from suite.scale.memory import memory
 from suite.scale.model import ModelConfig
 from suite.scale.search import layouts
-from suite.scale.step import estimate
+from suite.scale.step import ALL_TERMS, Terms, estimate
 from suite.scale.systems import SYSTEMS
 
 GPT = ModelConfig(24, 4096, 32, 2048, 51200)
@@ -23,7 +24,7 @@ LLAMA_GQA = ModelConfig(32, 5120, 40, 4096, 128256, kv_heads=8, ffn_hidden=13824
                         gated_mlp=True, tied_embeddings=False, position_embeddings=False,
                         norm="rmsnorm", dropout=False)
 GLOBAL_BATCH = 256
-STRIDE = 31  # every 31st layout of each search space: about 250 per system
+STRIDE = 97  # every 97th layout of each search space: about 260 per system
 TIES = 1e-9  # relative: a comm-bound layout takes the same time whatever its kernels
 
 
@@ -144,3 +145,16 @@ def test_fewer_kv_heads_or_a_smaller_vocabulary_never_cost_time_or_memory(system
         for other in smaller:
             assert time_of(other, hw, layout) <= time_of(model, hw, layout) * (1 + TIES)
             assert bytes_of(other, hw, layout) <= bytes_of(model, hw, layout) * (1 + TIES)
+
+
+COST_TERMS = [f.name for f in fields(Terms) if f.name != "dp_nic_sharing"]  # that one is a gain:
+# a DP group's ranks on one node use their own NICs
+
+
+@pytest.mark.parametrize("system_name", SYSTEM_NAMES)
+def test_switching_a_cost_term_off_never_slows_a_layout(system_name):
+    for model, hw, layout, _ in sampled(system_name):
+        before = time_of(model, hw, layout)
+        for term in COST_TERMS:
+            without = estimate(model, hw, layout, replace(ALL_TERMS, **{term: False}))
+            assert without.iteration_time_s <= before * (1 + TIES), (term, layout)

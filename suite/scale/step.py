@@ -525,18 +525,18 @@ def stage_works(model: ModelConfig, layout: Layout, hw: Hardware,
         if terms.latency:
             fsdp_latency = ring_latency(layout.dp, dp_group_nodes(layout, hw, per_node), hw,
                                         passes=1)
-    for i, layers in enumerate(split):
+    for i, (layers, held) in enumerate(zip(split, params)):
         last = i == layout.pp - 1
-        if not terms.stage_imbalance:  # the output layer's work spread over the stages
-            share, layers = 1 / layout.pp, model.layers / layout.pp
+        if not terms.stage_imbalance:  # the layers, the output layer and the parameters spread
+            share, layers, held = 1 / layout.pp, model.layers / layout.pp, sum(params) / layout.pp
         else:
             share = 1.0 if last else 0.0
         stage_gemm = layers * gemm + share * logits_gemm
-        stage_memory = layers * memory + share * loss + dp_handling * params[i] / hw.hbm_rate
+        stage_memory = layers * memory + share * loss + dp_handling * held / hw.hbm_rate
         stage_flash = layers * flash
         fsdp = 0.0
         if fsdp_rate:
-            traffic = fsdp_bytes_per_microbatch(model, layout, params[i]) / fsdp_rate \
+            traffic = fsdp_bytes_per_microbatch(model, layout, held) / fsdp_rate \
                 + layers * (fsdp_gathers(layout) + 1) * fsdp_latency
             compute = stage_gemm / hw.gemm_efficiency + stage_flash + stage_memory
             hidden = max(traffic - compute, traffic / max(layers, 1))
