@@ -2,9 +2,10 @@
 for every system: a faster machine never slows a layout, nor does hiding more communication; a
 better attention kernel is never slower nor bigger; recompute trades time for memory in order;
 sequence parallelism never grows memory, nor do fewer KV heads or a smaller vocabulary cost
-anything; a larger batch never lowers throughput; switching off a term that prices a cost never
-slows a layout. A term that breaks one of these misranks layouts
-wherever it applies, whichever rows it was read against."""
+anything; a larger batch never lowers throughput; data parallelism over replicated state never
+scales better than linearly; switching off a term that prices a cost never slows a layout. A
+term that breaks one of these misranks layouts wherever it applies, whichever rows it was read
+against."""
 
 from dataclasses import fields, replace
 from functools import cache
@@ -158,3 +159,23 @@ def test_switching_a_cost_term_off_never_slows_a_layout(system_name):
         for term in COST_TERMS:
             without = estimate(model, hw, layout, replace(ALL_TERMS, **{term: False}))
             assert without.iteration_time_s <= before * (1 + TIES), (term, layout)
+
+
+@pytest.mark.parametrize("system_name", SYSTEM_NAMES)
+def test_data_parallelism_never_scales_better_than_linearly(system_name):
+    """Doubling DP with the replicas' batch held (weak scaling) never speeds the iteration, and
+    with the global batch held (strong scaling) never more than halves it: where DP replicates
+    the optimizer state (allreduce), the replicas only add communication. (Sharded state gets
+    faster with DP: each GPU's optimizer step shrinks.)"""
+    checked = 0
+    for model, hw, layout, _ in sampled(system_name):
+        if layout.dp_mode != "allreduce":
+            continue
+        before = time_of(model, hw, layout)
+        weak = replace(layout, dp=2 * layout.dp, global_batch=2 * layout.global_batch)
+        assert time_of(model, hw, weak) >= before * (1 - TIES), layout
+        if (layout.global_batch // (2 * layout.dp)) % layout.micro_batch == 0:
+            strong = replace(layout, dp=2 * layout.dp)
+            assert 2 * time_of(model, hw, strong) >= before * (1 - TIES), layout
+        checked += 1
+    assert checked > 20
