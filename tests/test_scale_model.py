@@ -399,6 +399,35 @@ def test_train_metrics_on_the_logits_cost_an_eager_cross_entropy_each():
             replace(plain, logit_metrics=bad)
 
 
+def test_flash_attns_unpad_and_pad_copies_cost_their_bytes():
+    """llm-foundry's MPT calls flash-attn 2 through bert_padding's unpad_input / pad_input: per
+    token and layer, the forward gathers q, k, v (read + write each) and pads the output (fill,
+    read, write), the backward scatters q's, k's and v's gradients (fill, read, write each) and
+    gathers the output's (read, write); full recompute re-runs the forward's."""
+    from suite.scale.step import layer_seconds, unpad_bytes_per_token
+
+    mha = ModelConfig(layers=2, hidden=1024, heads=8, seq_len=512, vocab=1000, dropout=False)
+    assert unpad_bytes_per_token(mha, 1) == (2 * 9 * 1024, 2 * 11 * 1024)
+    gqa = ModelConfig(layers=2, hidden=4096, heads=32, kv_heads=8, seq_len=512, vocab=1000)
+    q, kv = 4096, 2 * 8 * 128  # k and v: 8 heads of 128
+    assert unpad_bytes_per_token(gqa, 2) == (2 * (2 * (q + kv) + 3 * q) / 2,
+                                             2 * (3 * (q + kv) + 2 * q) / 2)
+    hw = replace(A100_80GB, gemm_efficiency=0.6)
+    lay = Layout(tp=1, pp=1, dp=1, micro_batch=4, global_batch=4, attention="flash2")
+    tokens = 4 * 512
+    for recompute, reruns in (("none", 0), ("full", 1)):
+        plain = replace(lay, recompute=recompute)
+        gap = layer_seconds(mha, replace(plain, attention_unpad=True), hw) \
+            - layer_seconds(mha, plain, hw)
+        assert gap == pytest.approx(tokens * 2 * 1024 * (9 * (1 + reruns) + 11) / hw.hbm_rate)
+    with pytest.raises(ValueError, match="attention_unpad=True needs a tiled kernel"):
+        replace(lay, attention="fused_softmax", attention_unpad=True)
+    (run,) = runs_from_frame(pd.DataFrame([{**ROW, "attention": "flash2",
+                                            "attention_unpad": "true"}]), "runs.csv")
+    assert run.layout.attention_unpad
+    assert not runs_from_frame(pd.DataFrame([ROW]), "runs.csv")[0].layout.attention_unpad
+
+
 def test_hbm_bound_time_is_priced_at_the_rate_kernels_reach():
     """Every HBM-bound time (element-wise work, the loss, FSDP's copies, the optimizer, a thin
     GEMM's roofline) runs at hbm_efficiency of the datasheet bandwidth; nothing else moves."""
@@ -442,7 +471,7 @@ def test_deepspeeds_bf16_optimizer_accumulates_its_fp32_gradients_each_micro_bat
     writes 4, hp.add_ reads 4 + 4 and writes 4: 18 bytes per parameter of the stage."""
     lay = _layout(tp=2, pp=2, dp=2, micro_batch=1, global_batch=8, attention="flash",
                   dp_mode="zero1")
-    terms = replace(BANDWIDTH_ONLY, memory=True)
+    terms = replace(BANDWIDTH_ONLY, memory=True, stage_imbalance=True)  # each stage its own
     plain = stage_works(SMALL, lay, HW, terms)
     bf16 = stage_works(SMALL, replace(lay, dp_mode="zero1_allreduce"), HW, terms)
     params = stage_params(SMALL, lay)
@@ -461,7 +490,7 @@ def test_fsdp_casts_divides_and_copies_around_its_collectives_each_micro_batch()
     (2 x (2 + 2))."""
     lay = _layout(tp=2, pp=2, dp=2, micro_batch=1, global_batch=8, attention="flash",
                   dp_mode="zero2")  # m = 4 micro-batches
-    terms = replace(BANDWIDTH_ONLY, memory=True)
+    terms = replace(BANDWIDTH_ONLY, memory=True, stage_imbalance=True)  # each stage its own
     plain = stage_works(SMALL, lay, HW, terms)
     params = stage_params(SMALL, lay)
 

@@ -98,7 +98,8 @@ What a paper leaves unsaid is an assumption, declared here:
   when the CPU reaches it, ahead of the GPU; with none of their traffic hidden the three
   datasets move by under a point); the
   gradients reduced in fp32 for Composer's DEFAULT mixed precision, in bf16 for PURE; the
-  attention kernel each row names: flash-attn 2 (attn_impl flash) as ``flash2``, the Triton
+  attention kernel each row names: flash-attn 2 (attn_impl flash) as ``flash2`` (behind its
+  unpad/pad copies since the thirteenth round), the Triton
   kernel (attn_impl triton) as ``flash1``. (Until the third round, Hopper's rows took the
   Triton kernel at flash-attn 2's speed there, ``flash1`` then meaning "the generation before
   the GPU's best"; the H200's attention_kernels step confirmed flash-attn 2's rate, so the
@@ -210,6 +211,17 @@ BLOOM's search 4.7 -> 4.6% (Spearman 0.20 -> 0.33, regret 4.8 -> 0%); MegaScale 
 log within 0.05 points. The latency alone moves llm-foundry H100 by 0.06 points. Hopper's
 ``flash`` forward went from 75% (FlashAttention-3's non-causal peak) to the 63% the lent H200
 measured cuDNN's causal kernel at (``hardware.py``): the H100 README 8.54 -> 8.51%.
+
+Thirteenth round (llm-foundry; after seeing its large-scale H100 rows with ``attn_impl:
+flash`` 11-23% too fast where the Triton rows beside them were within 6%, with the code read
+for the purpose): MPT's ``flash_attn_fn`` at 5e85bd6 calls flash-attn 2.4.2's
+``flash_attn_varlen_func`` through ``bert_padding.unpad_input`` (q, k and v gathered into
+packed copies) and ``pad_input`` (the output scattered into a zero-filled tensor), whose
+backward undoes each: ``Layout.attention_unpad`` on those rows, priced by
+``step.unpad_bytes_per_token``; the Triton path reshapes in place. llm-foundry H100 7.20 ->
+6.82% (signed -3.00 -> -2.62%, max 23.3 -> 20.7%); only its 12 flash rows move, each by 1.3-2.9
+points. Each ``unpad_input`` also synchronizes the device twice (``torch.nonzero``,
+``.item()``), six times a layer's forward; that has no sourced price and is not modelled.
 """
 
 from __future__ import annotations
@@ -418,6 +430,7 @@ def mpt_rows(table: pd.DataFrame) -> pd.DataFrame:
                      "seq_len": r.seq_len, "dropout": False, "gpus": r.gpus, "tp": 1, "pp": 1,
                      "micro_batch": r.micro_batch, "global_batch": gb,
                      "recompute": r.recompute, "attention": _mpt_attention(r.attn_impl),
+                     "attention_unpad": r.attn_impl == "flash",
                      "dp_mode": MPT_SHARDING[r.fsdp_sharding_strategy],
                      "grad_bytes": MPT_REDUCE_BYTES[r.fsdp_mixed_precision],
                      "recompute_early_stop": not r.run_era.startswith(MPT_TORCH_1_13_ERA),

@@ -17,7 +17,11 @@ Vocabularies (one place):
   ``suite.scale.hardware``): flash (the architecture's best: FlashAttention-2 on Ampere,
   FlashAttention-3 or cuDNN's on Hopper); flash2 (FlashAttention-2 on any GPU: on Hopper it
   uses none of Hopper's instructions); flash1 (the generation before: FlashAttention-1, the
-  Triton kernel of its time).
+  Triton kernel of its time). ``attention_unpad``: the tiled kernel is called through
+  flash-attn's variable-length interface behind its ``bert_padding`` helpers, as llm-foundry's
+  MPT does for ``attn_impl: flash`` (``flash_attn_fn``): q, k and v are gathered into packed
+  copies and the output scattered back into a zero-filled tensor, and the backward undoes each
+  (``suite.scale.step.unpad_bytes_per_token``).
 - ``DP_MODES``: allreduce (DDP's gradient all-reduce); zero1, zero2 (the distributed optimizer:
   gradient reduce-scatter and parameter all-gather, optimizer state, and for zero2 the
   gradients, sharded); zero1_allreduce (the optimizer state sharded as zero1, but the fp32
@@ -102,6 +106,7 @@ class Layout:
     recompute_early_stop: bool = False
     loss: str = "megatron"
     logit_metrics: int = 0  # forward-only cross entropies over each micro-batch's logits
+    attention_unpad: bool = False  # the kernel behind flash-attn's unpad/pad copies
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "micro_batch", "global_batch", "virtual_stages",
@@ -121,6 +126,10 @@ class Layout:
         check_count("logit_metrics", self.logit_metrics)
         check_bool("sequence_parallel", self.sequence_parallel)
         check_bool("recompute_early_stop", self.recompute_early_stop)
+        check_bool("attention_unpad", self.attention_unpad)
+        if self.attention_unpad and not self.attention.startswith("flash"):
+            raise ValueError(f"attention_unpad=True needs a tiled kernel (flash1, flash2, flash),"
+                             f" not attention={self.attention!r}")
         if self.sequence_parallel and self.tp == 1:
             raise ValueError("sequence_parallel=True needs tp > 1 (it shards over the TP ranks)")
         for name in ("first_stage_layers", "last_stage_layers"):

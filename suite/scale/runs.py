@@ -26,7 +26,9 @@ Columns (empty = not given; names are exact, an unknown column is an error):
                 recompute_early_stop (false; true: PyTorch's non-reentrant checkpoint from
                 torch 2.1, which does not re-run the MLP's output projection),
                 sequence_parallel (false), attention (unfused | fused_softmax | flash1 |
-                flash2 | flash), dp_mode (allreduce | zero1 | zero1_allreduce | zero2 | fsdp |
+                flash2 | flash), attention_unpad (false; true: the kernel called through
+                flash-attn's unpad_input / pad_input copies, llm-foundry's MPT with flash),
+                dp_mode (allreduce | zero1 | zero1_allreduce | zero2 | fsdp |
                 fsdp2 | fsdp_grad_op), tp_overlap, pp_overlap, dp_overlap (fractions hidden),
                 grad_bytes (4: a gradient's bytes, held and reduced; zero1_allreduce holds fp32
                 and reduces at these), loss (megatron | eager | fused: the cross entropy's kernels,
@@ -69,7 +71,7 @@ NUMBER = ("peak_tflops", "hbm_gbps", "hbm_gb", "hbm_efficiency", "nvlink_gbps", 
           "layer_time_ms", "memory_gib")
 FRACTION = ("tp_overlap", "pp_overlap", "dp_overlap", "recompute_fraction")
 BOOLEAN = ("gated_mlp", "tied_embeddings", "position_embeddings", "dropout", "sequence_parallel",
-           "recompute_early_stop")
+           "recompute_early_stop", "attention_unpad")
 OUTCOMES = ("ok", "oom")  # ran; ran out of memory
 CHOICES = {"gpu": tuple(sorted(HARDWARE)), "system": tuple(sorted(SYSTEMS)),
            "recompute": RECOMPUTE, "attention": ATTENTION, "dp_mode": DP_MODES, "norm": NORMS,
@@ -218,7 +220,7 @@ def _run(row: dict, dataset: str, system_like: str | None) -> Run:
     layout_fields = ("virtual_stages", "recompute", "sequence_parallel", "attention", "dp_mode",
                      "tp_overlap", "pp_overlap", "dp_overlap", "grad_bytes",
                      "first_stage_layers", "last_stage_layers", "recompute_fraction", "loss",
-                     "recompute_early_stop", "logit_metrics")
+                     "recompute_early_stop", "logit_metrics", "attention_unpad")
     settings = {**spec.layout_defaults(v, full, row.get("sequence_parallel", False)),
                 **{f: row[f] for f in layout_fields if f in row}}
     layout = Layout(tp=tp, pp=pp, dp=dp, micro_batch=row["micro_batch"],

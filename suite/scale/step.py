@@ -36,7 +36,9 @@ A stage's slot:
              micro-batch's parameters and gradients around its collectives with element-wise
              kernels of its own (``fsdp_copy_bytes``), on its side streams beside the layers'
              compute; an element-wise kernel streaming at the HBM rate occupies the SMs the
-             GEMMs need, so they are priced as if they ran alone.
+             GEMMs need, so they are priced as if they ran alone. A tiled attention kernel
+             called through flash-attn's unpad/pad helpers (``Layout.attention_unpad``) adds
+             their copies of q, k, v and the output (``unpad_bytes_per_token``).
   logits     the last stage's output GEMM (forward + backward, never recomputed) and its
              cross entropy's HBM traffic per logit (``Layout.loss``: Megatron's unfused fp32
              vocab-parallel loss 52 bytes, eager PyTorch on fp32-cast logits 36, a fused kernel
@@ -361,6 +363,21 @@ def forward_reruns(gemm: str, layout: Layout) -> float:
     return layout.full_recompute
 
 
+def unpad_bytes_per_token(model: ModelConfig, tp: int) -> tuple[float, float]:
+    """HBM bytes per token of one layer (on one of its TP ranks), forward and backward, that
+    flash-attn's ``bert_padding`` helpers move around the kernel (``Layout.attention_unpad``;
+    flash-attn 2.4.2, as llm-foundry's ``flash_attn_fn`` calls them): ``unpad_input`` gathers q,
+    k and v into packed copies (read + write each) and ``pad_input`` writes the output into a
+    zero-filled tensor (the fill, then a read and a write); the backward scatters each
+    gradient of q, k, v into a zero-filled tensor (fill, read, write) and gathers the output's
+    (read, write)."""
+    q = model.hidden / tp
+    qkv = q + 2 * model.kv_heads * model.head_dim / tp
+    forward = 2 * qkv + 3 * q
+    backward = 3 * qkv + 2 * q
+    return forward * model.activation_bytes, backward * model.activation_bytes
+
+
 def _layer_passes(model: ModelConfig, layout: Layout, hw: Hardware, terms: Terms
                   ) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
     """(GEMM seconds at ceiling 1, flash seconds, HBM-bound seconds) of one layer's forward
@@ -397,6 +414,10 @@ def _layer_passes(model: ModelConfig, layout: Layout, hw: Hardware, terms: Terms
         memory[0] += (fwd_units / shard + act_fwd) * unit
         memory[1] += ((2 * fwd_units + rerun_units * full) / shard + act_fwd * full
                       + act_bwd) * unit
+        if layout.attention_unpad:
+            fwd_u, bwd_u = unpad_bytes_per_token(model, tp)
+            memory[0] += b * s * fwd_u / hw.hbm_rate
+            memory[1] += b * s * (fwd_u * forward_reruns("scores", layout) + bwd_u) / hw.hbm_rate
         if kind in SCORE_BYTES:
             fwd_b, bwd_b = SCORE_BYTES[kind]
             if model.dropout:
