@@ -291,16 +291,21 @@ def test_recompute_and_attention_kernels():
         2 * hopper["flash2"])
     with pytest.raises(ValueError, match="attention='unfused' is not a tiled kernel"):
         hw.flash_fractions("unfused")
-    # flash: causal, so half the dense FLOPs, the backward 2.5x the forward, at the
-    # published fractions of peak; selective recompute re-runs the forward once
+    # flash: causal, so half the dense FLOPs, the backward 2.5x the forward, at the kernel's
+    # fractions of peak at the sequence's length: f_inf (s/2) / (s/2 + K0), K0 in keys;
+    # selective recompute re-runs the forward once
+    s = model.seq_len
+    fwd, bwd = (f * (s / 2) / (s / 2 + k0) for f, k0 in zip((hw.flash_fwd, hw.flash_bwd),
+                                                           hw.flash_k0))
+    assert hw.flash_fractions("flash", s) == pytest.approx((fwd, bwd))
+    assert fwd < hw.flash_fwd and hw.flash_fractions("flash") == (hw.flash_fwd, hw.flash_bwd)
     works = stage_works(model, base, hw)[0]
     core = sum(g.flops for g in model.layer_gemms(1, 1) if g.name in ("scores", "context"))
-    per_layer = (core / 2 / (hw.peak_flops * hw.flash_fwd)
-                 + 2.5 * core / 2 / (hw.peak_flops * hw.flash_bwd))
+    per_layer = (core / 2 / (hw.peak_flops * fwd) + 2.5 * core / 2 / (hw.peak_flops * bwd))
     assert works.attention == pytest.approx(8 * per_layer)
     sel = stage_works(model, replace(base, recompute="selective"), hw)[0]
     assert sel.attention == pytest.approx(works.attention + 8 * core / 2 / (
-        hw.peak_flops * hw.flash_fwd))
+        hw.peak_flops * fwd))
     with pytest.raises(ValueError, match="recompute_fraction=0.5 needs recompute='full'"):
         replace(base, recompute_fraction=0.5)
 
@@ -647,8 +652,9 @@ def test_estimate_by_hand_and_the_parts_sum_up():
     gemms = sum(g.flops for g in SMALL.layer_gemms(1, 1) if g.name not in ("scores",
                                                                           "context"))
     core = sum(g.flops for g in SMALL.layer_gemms(1, 1) if g.name in ("scores", "context"))
+    fwd, bwd = HW.flash_fractions("flash", SMALL.seq_len)
     slot = (4 * 3 * gemms + 3 * SMALL.logits_gemm(1, 1).flops) / (1e12 * 0.5) \
-        + 4 * (core / 2 / (1e12 * HW.flash_fwd) + 2.5 * core / 2 / (1e12 * HW.flash_bwd))
+        + 4 * (core / 2 / (1e12 * fwd) + 2.5 * core / 2 / (1e12 * bwd))
     assert est.iteration_time_s == pytest.approx(4 * slot)
     assert est.tokens_per_s == pytest.approx(4 * 16 / est.iteration_time_s)
     assert est.mfu == pytest.approx(est.tokens_per_s * SMALL.flops_per_token / 1e12)
@@ -1542,13 +1548,43 @@ def test_the_attention_probe_counts_flops_as_flashattention_does_and_compares():
     assert attention_flops(2, 16, 4096, 128, causal=False) == (4 * 2 * 16 * 4096**2 * 128,
                                                                2.5 * 4 * 2 * 16 * 4096**2 * 128)
     assert attention_flops(2, 16, 4096, 128)[0] == 2 * 16 * 4096**2 * 128 * 2
-    rows = [{"kernel": "flash", "correct": True, "forward_fraction_of_peak": f,
-             "backward_fraction_of_peak": f / 2} for f in (0.2, 0.6, 0.4)]
-    rows.append({"kernel": "cudnn", "correct": False})
+    rows = [{"kernel": "flash", "correct": True, "seq": s, "forward_fraction_of_peak": f,
+             "backward_fraction_of_peak": f / 2} for s, f in ((2048, 0.2), (8192, 0.6),
+                                                             (32768, 0.4))]
+    rows.append({"kernel": "cudnn", "correct": False, "seq": 2048})
     summary = attention_summary(rows, H100_SXM)
     assert summary["flash"] == {"forward": 0.4, "backward": 0.2}  # medians
     assert "cudnn" not in summary  # nothing correct was timed
-    assert summary["assumed"]["flash2"] == {"forward": 0.35, "backward": 0.3}
+    assert summary["assumed"]["flash2"] == {"forward": 0.34, "backward": 0.33}  # long sequences
+    at = summary["assumed_at"]["flash2"]
+    assert list(at) == ["2048", "8192", "32768"]
+    assert at["2048"]["forward"] == pytest.approx(0.34 * 1024 / (1024 + 110))
+    assert at["2048"]["backward"] < at["8192"]["backward"] < at["32768"]["backward"] < 0.33
+
+
+def test_the_attention_kernels_length_term_is_the_lent_h200s():
+    """f_inf and K0 of f(s) = f_inf (s/2) / (s/2 + K0), for FlashAttention-2 (SDPA's flash
+    backend: the flash2 kind) and cuDNN's fused attention (Hopper's flash kind), are the least
+    squares fit of the H200's published attention_kernels step (2k, 8k, 32k tokens), and the
+    presets' rounded values reproduce every measured fraction within 0.01."""
+    import numpy as np
+    from scipy.optimize import curve_fit
+
+    published = json.loads((REPO_ROOT / "results/published/1x-nvidia-h200/gpu-check/"
+                            "attention_kernels.json").read_text())
+    for kernel, kind in (("flash", "flash2"), ("cudnn", "flash")):
+        rows = [r for r in published["measurements"] if r["kernel"] == kernel and r["correct"]]
+        seqs = np.array([r["seq"] for r in rows], dtype=float)
+        assert len(rows) == 3
+        for i, part in enumerate(("forward", "backward")):
+            measured = np.array([r[f"{part}_fraction_of_peak"] for r in rows])
+            (f_inf, k0), _ = curve_fit(lambda s, f, k: f * (s / 2) / (s / 2 + k), seqs,
+                                       measured, p0=(measured.max(), 100.0))
+            preset = (getattr(H100_SXM, f"{kind}_fwd"), getattr(H100_SXM, f"{kind}_bwd"))[i]
+            assert preset == pytest.approx(f_inf, abs=0.01)
+            assert getattr(H100_SXM, f"{kind}_k0")[i] == pytest.approx(k0, rel=0.06)
+            for s, m in zip(seqs, measured):
+                assert H100_SXM.flash_fractions(kind, int(s))[i] == pytest.approx(m, abs=0.01)
 
 
 def test_no_published_system_is_fitted_on_a_row_validate_warns_against(predictions):

@@ -47,25 +47,38 @@ depth are CUTLASS's defaults for bf16 tensor-op GEMMs: 3 stages on sm80
 (include/cutlass/gemm/device/default_gemm_configuration.h), 4 on sm90 (the collective builder's
 stage count at this tile with 228 KB of shared memory).
 
-FlashAttention's throughput (fraction of peak, forward and backward, head dimension 128 and the
-long sequences of training), per kernel kind (``suite.scale.layout.ATTENTION``):
-- ``flash2``, FlashAttention-2: on A100 up to 73% forward, 63% backward (Dao 2023, arXiv
-  2307.08691, Sec. 4.1); on H100/H200 about 35% forward and 30% backward (the FlashAttention-3
-  paper's benchmarks of it, Shah et al. 2024, arXiv 2407.08608; measured on the lent H200 at
-  31-34% / 23-32%, ``seedbench gpu-check``'s attention_kernels step).
+FlashAttention's throughput (fraction of peak, head dimension 128, causal, as training runs it)
+depends on the sequence: each block of query rows pays a fixed overhead besides its keys (loading
+Q, writing O and its statistics; in the backward the preprocessing of dO and O, the conversion of
+dQ's fp32 accumulator, the diagonal blocks the causal mask half wastes), which a long sequence
+amortizes and a short one does not. So the fraction at sequence s is
+
+  f(s) = f_inf (s/2) / (s/2 + K0)
+
+(s/2: the keys a causal query row sees on average; K0 the overhead in keys), the form of the GEMM
+model's short-K term (``suite.scale.gemm``). The lent H200's attention_kernels step
+(``results/published/1x-nvidia-h200/gpu-check/attention_kernels.json``: 2k, 8k and 32k tokens)
+gives it for both kernels it measured, within 0.01 at every length (a test re-fits them):
+FlashAttention-2 (SDPA's flash backend) f_inf 0.34 / 0.33 forward / backward, K0 110 / 470;
+cuDNN's fused attention 0.66 / 0.55, K0 240 / 300. Per kernel kind
+(``suite.scale.layout.ATTENTION``), f_inf and K0:
+- ``flash2``, FlashAttention-2: on A100 f_inf up to 73% forward, 63% backward (Dao 2023, arXiv
+  2307.08691, Sec. 4.1, its longest sequences); on H100/H200 the H200's 34% / 33% (the
+  FlashAttention-3 paper's benchmarks of it, Shah et al. 2024, arXiv 2407.08608, about 35% /
+  30%). K0 the H200's on every GPU: the same kernel, whose overheads are work of the same kind
+  as its main loop.
 - ``flash``, the architecture's best kernel: FlashAttention-2 on Ampere; on Hopper the kernels
-  written for it (FlashAttention-3: up to 75% forward in bf16, about half the peak backward;
-  cuDNN's fused attention, which Transformer Engine runs, on par in that paper's Fig. 5/6).
-  Causal, as training runs them, they reach less forward than that non-causal peak: the lent
-  H200 measured cuDNN's at 53-65% forward (median 63%) and 43-54% backward (median 52%) over
-  2k-32k tokens at head dimension 128 (``seedbench gpu-check``'s attention_kernels step), so
-  Hopper's preset takes 63% / 50% (75% forward until the twelfth round).
+  written for it (FlashAttention-3: up to 75% forward in bf16, about half the peak backward,
+  non-causal; cuDNN's fused attention, which Transformer Engine runs, on par in that paper's
+  Fig. 5/6), at cuDNN's measured causal f_inf and K0. (75% forward at any length until the
+  twelfth round; then the H200's median over the three lengths, 63% / 50%, until the
+  fourteenth.)
 - ``flash1``, the generation before FlashAttention-2 (FlashAttention-1, and the Triton kernel of
   its time, ``flash_attn_triton``, that llm-foundry runs as ``attn_impl: triton``): half of
-  FlashAttention-2 on the same GPU. Dao 2023 measures FlashAttention-2 "around 2x faster" than
-  FlashAttention-1, and 1.3-1.5x (forward) and 2x (backward) faster than FlashAttention in
-  Triton, on A100 (Sec. 4.1). Neither generation has Hopper's instructions (wgmma, TMA), so the
-  ratio is taken to hold on Hopper too: 17.5% / 15% there.
+  FlashAttention-2's f_inf on the same GPU, its K0. Dao 2023 measures FlashAttention-2 "around
+  2x faster" than FlashAttention-1, and 1.3-1.5x (forward) and 2x (backward) faster than
+  FlashAttention in Triton, on A100 (Sec. 4.1). Neither generation has Hopper's instructions
+  (wgmma, TMA), so the ratio is taken to hold on Hopper too.
 """
 
 from __future__ import annotations
@@ -76,6 +89,8 @@ from numbers import Integral, Real
 from suite.scale.checks import check_positive, check_positive_int
 
 FLASH_KINDS = ("flash", "flash2", "flash1")  # the tiled kernels, no s x s scores in HBM
+FA2_K0 = (110.0, 470.0)  # FlashAttention-2's overhead in keys, forward and backward (H200)
+CUDNN_K0 = (240.0, 300.0)  # cuDNN's fused attention's (H200)
 GiB = 1024 ** 3  # "80 GB" A100s and H100s hold 80 GiB of HBM; the H200's 141 GB are decimal
 
 
@@ -95,12 +110,15 @@ class Hardware:
     tiles: tuple[tuple[int, int], ...] = ((128, 256), (256, 128), (128, 128))
     k_step: int = 64
     pipeline_stages: int = 3
-    flash_fwd: float = 0.73
+    flash_fwd: float = 0.73  # f_inf of each tiled kernel kind, forward and backward
     flash_bwd: float = 0.63
     flash2_fwd: float = 0.73
     flash2_bwd: float = 0.63
     flash1_fwd: float = 0.365
     flash1_bwd: float = 0.315
+    flash_k0: tuple[float, float] = FA2_K0  # (forward, backward) overhead in keys: K0
+    flash2_k0: tuple[float, float] = FA2_K0
+    flash1_k0: tuple[float, float] = FA2_K0
     gpus_per_node: int = 8
     nvlink_latency_s: float = 3.4e-6
     network_latency_s: float = 9.6e-6
@@ -114,12 +132,17 @@ class Hardware:
         """Bytes/s an HBM-bound kernel moves: ``hbm_bw`` x ``hbm_efficiency``."""
         return self.hbm_bw * self.hbm_efficiency
 
-    def flash_fractions(self, kind: str) -> tuple[float, float]:
-        """(forward, backward) fraction of peak of a ``flash``, ``flash2`` or ``flash1``
-        kernel."""
+    def flash_fractions(self, kind: str, seq_len: int | None = None) -> tuple[float, float]:
+        """(forward, backward) fraction of peak of a ``flash``, ``flash2`` or ``flash1`` kernel
+        at ``seq_len`` tokens, causal (None: f_inf, a long sequence's)."""
         if kind not in FLASH_KINDS:
             raise ValueError(f"attention={kind!r} is not a tiled kernel; one of {FLASH_KINDS}")
-        return getattr(self, f"{kind}_fwd"), getattr(self, f"{kind}_bwd")
+        peak = getattr(self, f"{kind}_fwd"), getattr(self, f"{kind}_bwd")
+        if seq_len is None:
+            return peak
+        check_positive_int("seq_len", seq_len)
+        return tuple(f * (seq_len / 2) / (seq_len / 2 + k0)
+                     for f, k0 in zip(peak, getattr(self, f"{kind}_k0")))
 
     def __post_init__(self) -> None:
         for name in ("peak_flops", "nvlink_bw", "network_bw", "hbm_bw", "hbm_bytes",
@@ -130,6 +153,9 @@ class Hardware:
         for kind in FLASH_KINDS:
             check_positive(f"{kind}_fwd", getattr(self, f"{kind}_fwd"))
             check_positive(f"{kind}_bwd", getattr(self, f"{kind}_bwd"))
+            k0 = getattr(self, f"{kind}_k0")
+            if len(k0) != 2 or not all(isinstance(x, Real) and x >= 0 for x in k0):
+                raise ValueError(f"{kind}_k0={k0!r} must be (forward, backward) keys >= 0")
         for name in ("sms", "k_step", "pipeline_stages", "gpus_per_node"):
             check_positive_int(name, getattr(self, name))
         if not self.tiles or any(len(t) != 2 or not all(isinstance(x, Integral) and x > 0
@@ -150,8 +176,8 @@ A100_40GB = Hardware("A100-40GB", peak_flops=312e12, nvlink_bw=300e9, network_bw
                      hbm_bw=1.555e12, hbm_bytes=40 * GiB, sms=108)
 H100_SXM = Hardware("H100", peak_flops=989e12, nvlink_bw=450e9, network_bw=50e9,
                     hbm_bw=3.35e12, hbm_bytes=80 * GiB, sms=132, pipeline_stages=4,
-                    flash_fwd=0.63, flash_bwd=0.5, flash2_fwd=0.35, flash2_bwd=0.3,
-                    flash1_fwd=0.175, flash1_bwd=0.15)
+                    flash_fwd=0.66, flash_bwd=0.55, flash_k0=CUDNN_K0,
+                    flash2_fwd=0.34, flash2_bwd=0.33, flash1_fwd=0.17, flash1_bwd=0.165)
 H200_SXM = replace(H100_SXM, name="H200", hbm_bw=4.8e12, hbm_bytes=141e9)  # H100's compute
 # "A100" is the 80 GB part: the published A100 runs (Selene, MegaScale) used it.
 HARDWARE: dict[str, Hardware] = {"A100": A100_80GB, "A100-80GB": A100_80GB,

@@ -70,9 +70,16 @@ def attention_flops(batch: int, heads: int, seq: int, head_dim: int,
 def attention_summary(rows: list[dict], hw: Hardware) -> dict:
     """Per kernel timed correct: the median fraction of peak forward and backward over the
     lengths, beside what the model assumes of the ``flash`` (the architecture's best) and
-    ``flash2`` (FlashAttention-2, what SDPA's flash backend runs) kinds on ``hw``."""
-    out: dict = {"assumed": {kind: dict(zip(("forward", "backward"), hw.flash_fractions(kind)))
-                             for kind in ("flash", "flash2")}}
+    ``flash2`` (FlashAttention-2, what SDPA's flash backend runs) kinds on ``hw``: for a long
+    sequence (``assumed``) and at each length measured (``assumed_at``)."""
+    kinds = ("flash", "flash2")
+    seqs = sorted({r["seq"] for r in rows if "seq" in r})
+    out: dict = {
+        "assumed": {kind: dict(zip(("forward", "backward"), hw.flash_fractions(kind)))
+                    for kind in kinds},
+        "assumed_at": {kind: {str(s): dict(zip(("forward", "backward"),
+                                               hw.flash_fractions(kind, s))) for s in seqs}
+                       for kind in kinds}}
     for kernel in sorted({r["kernel"] for r in rows}):
         timed = [r for r in rows if r["kernel"] == kernel and r.get("correct")]
         if not timed:

@@ -14,9 +14,9 @@ A stage's slot:
              HBM rate: ``SCORE_BYTES``; dropout adds its read, write and mask); recompute
              repeats the forward's. flash, flash2, flash1: FlashAttention's FLOPs (causal: the
              kernel skips the blocks above the diagonal, so half of the dense count; its
-             backward runs 5 matmuls to the forward's 2: 2.5 x) at the kernel's published
-             fraction of peak (``Hardware.flash_fractions``); no scores in HBM; recompute
-             re-runs its forward.
+             backward runs 5 matmuls to the forward's 2: 2.5 x) at the kernel's fraction of
+             peak at the sequence's length (``Hardware.flash_fractions``); no scores in HBM;
+             recompute re-runs its forward.
   memory     (every HBM-bound time here runs at ``Hardware.hbm_rate``: the 0.88 of the
              datasheet bandwidth that streaming kernels reach)
              element-wise work of a layer per token, in h-sized activations of 2 bytes: two
@@ -389,7 +389,7 @@ def _layer_passes(model: ModelConfig, layout: Layout, hw: Hardware, terms: Terms
         core = g.name in ("scores", "context")
         reruns = forward_reruns(g.name, layout)
         if core and kind.startswith("flash"):
-            fwd_q, bwd_q = hw.flash_fractions(kind)
+            fwd_q, bwd_q = hw.flash_fractions(kind, model.seq_len)
             forward = g.flops / 2 / (hw.peak_flops * fwd_q)
             backward = FLASH_BWD_MATMULS * g.flops / 2 / (hw.peak_flops * bwd_q)
             flash[0] += forward
