@@ -1283,6 +1283,15 @@ def test_what_if_cli(capsys):
     assert "(v 2, ends 10/14)" in text and "usable on stage 7 (first stage" in text
     assert re.search(r"\n  weights [\d.]+, gradients [\d.]+, optimizer [\d.]+, "
                      r"activations [\d.]+\n", text)
+    # MPT's flash path: the kernel behind flash-attn's unpad/pad copies costs more
+    flash = args + ["--attention", "flash2"]
+    times = []
+    for extra in ([], ["--attention-unpad"]):
+        assert main(flash + extra) == 0
+        times.append(json.loads(capsys.readouterr().out)["iteration_time_s"])
+    assert times[1] > times[0]
+    assert main(args[:-1] + ["--attention", "fused_softmax", "--attention-unpad"]) == 2
+    assert "attention_unpad=True needs a tiled kernel" in capsys.readouterr().err
     assert main(args + ["--first-stage-layers", "11"]) == 2
     assert "the other 85 of layers=96 do not split evenly over 7 middle" in \
         capsys.readouterr().err

@@ -55,6 +55,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     layout.add_argument("--recompute-early-stop", action=argparse.BooleanOptionalAction,
                         help="full recompute as torch's non-reentrant checkpoint runs it (torch "
                              ">= 2.1: not the MLP's output projection); default: the system's")
+    layout.add_argument("--attention-unpad", action="store_true",
+                        help="the tiled kernel called through flash-attn's unpad_input / "
+                             "pad_input copies, as llm-foundry's MPT runs attn_impl flash "
+                             "(what-if only)")
     layout.add_argument("--logit-metrics", type=int, metavar="N",
                         help="training metrics computed on each micro-batch's logits, an eager "
                              "cross entropy each (Composer's trainer: 2); default: the system's")
@@ -122,6 +126,9 @@ def run(args: argparse.Namespace) -> int:
     hw, fitted_on = fitted_hardware(args.gpu, args.system, args.gemm_efficiency,
                                     args.straggler, args.paper_dir)
     if args.search:
+        if args.attention_unpad:
+            raise ValueError("--attention-unpad is a what-if setting; --search prices the "
+                             "kernels without it")
         chosen = {"attention": (args.attention,) if args.attention else ATTENTION,
                   "dp_modes": (args.dp_mode,) if args.dp_mode else SEARCHED_DP_MODES}
         report = search_report(model, hw, search(model, args.gpus, args.global_batch, hw, spec,
@@ -134,6 +141,8 @@ def run(args: argparse.Namespace) -> int:
     settings = spec.layout_defaults(args.vp, full, args.sequence_parallel)
     settings.update({k: v for k, v in (("attention", args.attention), ("dp_mode", args.dp_mode),
                                         ("loss", args.loss)) if v is not None})
+    if args.attention_unpad:
+        settings["attention_unpad"] = True
     layout = Layout(tp=args.tp, pp=args.pp, dp=args.gpus // (args.tp * args.pp),
                     micro_batch=args.micro_batch, global_batch=args.global_batch,
                     virtual_stages=args.vp, recompute=args.recompute,
