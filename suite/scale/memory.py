@@ -130,8 +130,8 @@ def stage_memory(model: ModelConfig, layout: Layout, hw: Hardware) -> list[Memor
     interleaved = min(m, p) * (1 + (p - 1) / (p * v))
     f = layout.full_recompute
     # the layer whose backward runs re-creates what recompute dropped: all of it (full), its
-    # scores (selective)
-    recreated = working if f else (working - stored if layout.recompute == "selective" else 0.0)
+    # scores (selective; without recompute nothing was dropped: stored == working)
+    recreated = working if f else working - stored
     per_layer = kept_per_layer(model, layout)
     stages = []
     for i, (layers, params) in enumerate(zip(split, stage_params(model, layout))):

@@ -385,11 +385,13 @@ def _layer_passes(model: ModelConfig, layout: Layout, hw: Hardware, terms: Terms
     b, tp, kind = layout.micro_batch, layout.tp, layout.attention
     full = layout.full_recompute
     gemm, flash, memory = [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]  # [forward, backward]
+    tiled = kind.startswith("flash")
+    if tiled:
+        fwd_q, bwd_q = hw.flash_fractions(kind, model.seq_len)
     for g in model.layer_gemms(b, tp):
         core = g.name in ("scores", "context")
         reruns = forward_reruns(g.name, layout)
-        if core and kind.startswith("flash"):
-            fwd_q, bwd_q = hw.flash_fractions(kind, model.seq_len)
+        if core and tiled:
             forward = g.flops / 2 / (hw.peak_flops * fwd_q)
             backward = FLASH_BWD_MATMULS * g.flops / 2 / (hw.peak_flops * bwd_q)
             flash[0] += forward
