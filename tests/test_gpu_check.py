@@ -177,12 +177,14 @@ def test_overlap_interference_plans_and_scores_by_hand():
     assert short["covered"] is False  # the copy ended before the 55 ms of GEMMs
     rows = [{"beside": {"8": entry, "16": {**entry, "slowdown": 0.5}}},
             {"beside": {"8": {**entry, "slowdown": 0.1}, "16": short}}, {"correct": False}]
-    summary = summarize(rows)
+    summary = summarize(rows, sms=132)
     assert summary["slowdown_by_ctas"]["8"] == {"median": pytest.approx(0.15),
                                                 "min": pytest.approx(0.1),
                                                 "max": pytest.approx(0.2), "shapes": 2}
     assert summary["slowdown_by_ctas"]["16"]["shapes"] == 1  # the uncovered entry is left out
-    assert summary["lee_2025_mean"] == 0.189 and summary["model_assumes"] == 0.0
+    assert summary["lee_2025_mean"] == 0.189
+    # the model: c of 132 SMs held through the GEMM, which runs on the other 132 - c
+    assert summary["model_assumes"] == {"8": pytest.approx(8 / 124), "16": pytest.approx(16 / 116)}
 
 
 def test_the_streaming_kernels_are_checked_before_they_are_timed():

@@ -166,11 +166,14 @@ def test_data_parallelism_never_scales_better_than_linearly(system_name):
     """Doubling DP with the replicas' batch held (weak scaling) never speeds the iteration, and
     with the global batch held (strong scaling) never more than halves it: where DP replicates
     the optimizer state (allreduce), the replicas only add communication. (Sharded state gets
-    faster with DP: each GPU's optimizer step shrinks.)"""
+    faster with DP: each GPU's optimizer step shrinks.) One exception is NCCL's: a ring that
+    leaves the node holds fewer SMs (16 channels) than one inside it (24), so the compute
+    beside a DP ring that grows out of its node can lose less; checked with the two equal."""
     checked = 0
     for model, hw, layout, _ in sampled(system_name):
         if layout.dp_mode != "allreduce":
             continue
+        hw = replace(hw, nccl_channels_network=hw.nccl_channels_node)
         before = time_of(model, hw, layout)
         weak = replace(layout, dp=2 * layout.dp, global_batch=2 * layout.global_batch)
         assert time_of(model, hw, weak) >= before * (1 - TIES), layout

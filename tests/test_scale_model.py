@@ -68,7 +68,8 @@ from suite.scale.whatif import search_as_text, search_report
 
 SMALL = ModelConfig(layers=4, hidden=8, heads=2, seq_len=16, vocab=100)
 HW = Hardware("test", peak_flops=1e12, nvlink_bw=1e9, network_bw=1e8, hbm_bw=1e12,
-              hbm_bytes=80 * GiB, sms=4, gemm_efficiency=0.5, hbm_efficiency=1.0)
+              hbm_bytes=80 * GiB, sms=4, gemm_efficiency=0.5, hbm_efficiency=1.0,
+              nccl_channels_node=1, nccl_channels_network=1)  # a quarter of the SMs
 BANDWIDTH_ONLY = Terms.none()
 LLAMA3_8B = ModelConfig(layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336,
                         gated_mlp=True, vocab=128256, seq_len=8192, tied_embeddings=False,
@@ -683,6 +684,81 @@ def test_the_dp_window_bounds_what_overlap_hides():
     assert estimate(GPT175, fast, roomy).breakdown["dp_exposed_s"] == pytest.approx(
         estimate(GPT175, fast, roomy, replace(Terms(), dp_window=False))
         .breakdown["dp_exposed_s"])
+
+
+def test_nccl_channels_hold_their_share_of_the_sms():
+    """NCCL 2.18's ring search: 24 channels inside a DGX node, 16 across nodes with a NIC per
+    GPU; one CTA (one SM) each, at most every SM."""
+    assert A100_80GB.collective_sm_share(1) == pytest.approx(24 / 108)
+    assert A100_80GB.collective_sm_share(4) == pytest.approx(16 / 108)
+    assert H100_SXM.collective_sm_share(2) == pytest.approx(16 / 132)
+    assert replace(H100_SXM, sms=20).collective_sm_share(1) == 1.0  # no SM left beside it
+    with pytest.raises(ValueError, match="nccl_channels_node"):
+        replace(H100_SXM, nccl_channels_node=0)
+    with pytest.raises(ValueError, match="nodes"):
+        A100_80GB.collective_sm_share(0)
+
+
+def test_hidden_fsdp_traffic_costs_the_compute_its_sms():
+    """What FSDP's prefetch hides still runs beside the compute on the channels' SMs: hidden
+    time (traffic less what shows) x the share, per micro-batch; nothing without overlap."""
+    lay = Layout(tp=1, pp=1, dp=8, micro_batch=1, global_batch=32, dp_mode="fsdp",
+                 dp_overlap=1.0)
+    [local] = stage_params(SMALL, lay)
+    terms = replace(BANDWIDTH_ONLY, dp_nic_sharing=True, interference=True)
+    on, off = (estimate(SMALL, HW, lay, t) for t in (terms, replace(terms, interference=False)))
+    traffic = 7 / 8 * local * 8 / HW.nvlink_bw
+    shown = on.breakdown["fsdp_exposed_s"] / 4
+    assert shown == pytest.approx(max(traffic - off.breakdown["gemm_s"] / 4, traffic / 4))
+    assert on.breakdown["interference_s"] == pytest.approx(4 * (traffic - shown) * 1 / 4)
+    assert on.iteration_time_s == pytest.approx(off.iteration_time_s
+                                                + on.breakdown["interference_s"])
+    exposed = estimate(SMALL, HW, replace(lay, dp_overlap=0.0), terms)
+    assert exposed.breakdown["interference_s"] == 0
+
+
+def test_hidden_dp_traffic_costs_the_compute_its_sms():
+    """The DP reduction that fits the window runs beside the compute: hidden x share x the
+    compute's part of the slot it hides under; what spills out of the window pays nothing."""
+    def slot_parts(hw, lay):
+        slowest = max(stage_works(GPT175, lay, hw), key=lambda w: (
+            w.gemm / hw.gemm_efficiency + w.attention + w.memory + w.tp + w.pp + w.fsdp))
+        compute = slowest.gemm / hw.gemm_efficiency + slowest.attention + slowest.memory
+        return compute, compute + slowest.tp + slowest.pp + slowest.fsdp
+
+    share = 16 / 108  # 64 replicas of TP 8: one per node, a ring across nodes
+    lay = Layout(tp=8, pp=8, dp=64, micro_batch=1, global_batch=64 * 64, virtual_stages=2,
+                 dp_overlap=0.5)
+    hw = replace(A100_80GB, gemm_efficiency=0.7)
+    unbounded = estimate(GPT175, hw, lay, replace(Terms(), dp_window=False))
+    dp = 2 * unbounded.breakdown["dp_exposed_s"]  # half of it is never overlapped
+    compute, slot = slot_parts(hw, lay)
+    assert unbounded.breakdown["interference_s"] == pytest.approx(
+        dp / 2 * share * compute / slot)
+    # m = 2 micro-batches on 8 stages: the window is one slot and the other chunk of the group
+    tight = replace(lay, global_batch=128)
+    slow = replace(hw, network_bw=2e9)
+    on = estimate(GPT175, slow, tight)
+    off = estimate(GPT175, slow, tight, replace(Terms(), interference=False))
+    compute, slot = slot_parts(slow, tight)
+    assert on.breakdown["interference_s"] == pytest.approx(
+        slot * (1 + 2 * (2 - 1) / 2) * share * compute / slot)
+    assert on.breakdown["dp_exposed_s"] == pytest.approx(off.breakdown["dp_exposed_s"])
+    assert on.iteration_time_s - off.iteration_time_s == pytest.approx(
+        on.breakdown["interference_s"])
+
+
+def test_interference_grows_as_fsdp_rings_lengthen():
+    """Weak scaling across nodes: each ring pays NCCL's latency per rank, so the hidden
+    collectives run longer and hold their SMs longer; the signature of llm-foundry's
+    large-scale rows, which lose throughput from 128 to 512 GPUs."""
+    hw = replace(H100_SXM, gemm_efficiency=0.6)
+    model = ModelConfig(layers=24, hidden=2048, heads=16, seq_len=2048, vocab=50368)
+    costs = [estimate(model, hw, Layout(tp=1, pp=1, dp=gpus, micro_batch=12,
+                                        global_batch=12 * gpus, dp_mode="fsdp_grad_op",
+                                        dp_overlap=1.0)).breakdown["interference_s"]
+             for gpus in (16, 128, 512)]
+    assert 0 < costs[0] < costs[1] < costs[2]
 
 
 # --- memory ---------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ BREAKDOWN = [("gemm_s", "GEMMs", "tab:blue"), ("attention_s", "flash attention",
              ("memory_s", "memory-bound", "tab:green"), ("bubble_s", "bubble", "tab:gray"),
              ("tp_exposed_s", "TP", "tab:orange"), ("pp_exposed_s", "PP", "tab:brown"),
              ("fsdp_exposed_s", "FSDP", "tab:pink"), ("dp_exposed_s", "DP", "tab:red"),
+             ("interference_s", "hidden comm. (SMs held)", "gold"),
              ("sync_s", "sync (straggler)", "tab:purple"), ("optimizer_s", "optimizer",
                                                            "tab:olive")]
 PEER_COLUMN = "peer_fitted_time_s"

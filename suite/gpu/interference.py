@@ -1,11 +1,13 @@
 """What a hidden collective costs the compute it hides under, measured on one GPU.
 
-The scale model hides overlapped communication for free (FSDP's prefetched all-gathers,
-Megatron's DP and TP overlap): only what does not fit under the compute shows. On a GPU the
-collective is itself a kernel: NCCL runs each ring channel as one resident thread block, which
-holds an SM and moves data through HBM while the GEMM beside it runs on the rest (a GEMM sized
-to one wave then spills into a second). Lee et al. 2025 (arXiv 2507.03114) measure compute
-slowed by 18.9% on average (40% at most) when overlapped, on A100, H100, MI250 and MI210.
+The scale model prices hidden communication (FSDP's prefetched all-gathers, Megatron's DP
+overlap) by the SMs it holds: the collective is itself a kernel, NCCL runs each ring channel as
+one resident thread block, which holds an SM and moves data through HBM while the GEMM beside
+it runs on the rest (a GEMM sized to one wave then spills into a second, which the model does
+not count). With c of the GPU's SMs held for the whole GEMM, the model's GEMM takes
+sms / (sms - c) of its time: a slowdown of c / (sms - c) (``Hardware.collective_sm_share``).
+Lee et al. 2025 (arXiv 2507.03114) measure compute slowed by 18.9% on average (40% at most)
+when overlapped, on A100, H100, MI250 and MI210.
 
 One GPU has no peer to talk to, so the stand-in is the part that touches the GEMM: a persistent
 copy kernel of ``ctas`` blocks (as many as NCCL's channels) on a side stream, streaming a buffer
@@ -116,9 +118,9 @@ def measure(gemm, ctas_list: tuple[int, ...], window_ms: float, copy_bytes: int)
     return row
 
 
-def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def summarize(rows: list[dict[str, Any]], sms: int) -> dict[str, Any]:
     """Per block count, the median, smallest and largest slowdown over the shapes the copy
-    covered, beside Lee et al.'s average."""
+    covered, beside Lee et al.'s average and what the model assumes on ``sms`` SMs."""
     by_ctas: dict[str, list[float]] = {}
     for row in rows:
         for ctas, beside in row.get("beside", {}).items():
@@ -126,4 +128,6 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 by_ctas.setdefault(ctas, []).append(beside["slowdown"])
     return {"slowdown_by_ctas": {c: {"median": median(s), "min": min(s), "max": max(s),
                                      "shapes": len(s)} for c, s in by_ctas.items()},
-            "lee_2025_mean": LEE_2025_MEAN_SLOWDOWN, "model_assumes": 0.0}
+            "lee_2025_mean": LEE_2025_MEAN_SLOWDOWN,
+            "model_assumes": {c: int(c) / (sms - int(c)) if int(c) < sms else math.inf
+                              for c in by_ctas}}

@@ -302,7 +302,7 @@ def overlap_interference(pack) -> dict[str, Any]:
                                                 window_ms=50.0, copy_bytes=256 << 20))
             rows.append(row)
             del a, b
-    report.update(summary=interference.summarize(rows), shapes=rows)
+    report.update(summary=interference.summarize(rows, hw.sms), shapes=rows)
     (pack.out / "overlap_interference.json").write_text(json.dumps(report, indent=1))
     wrong = sum(not r["correct"] for r in rows) + (not report["copy_kernel_correct"])
     return {"copy_kernel_correct": report["copy_kernel_correct"], **report["summary"],

@@ -79,6 +79,26 @@ cuDNN's fused attention 0.66 / 0.55, K0 240 / 300. Per kernel kind
   2x faster" than FlashAttention-1, and 1.3-1.5x (forward) and 2x (backward) faster than
   FlashAttention in Triton, on A100 (Sec. 4.1). Neither generation has Hopper's instructions
   (wgmma, TMA), so the ratio is taken to hold on Hopper too.
+
+A collective that runs beside compute takes SMs from it: NCCL runs one CTA per channel, and a
+cuBLAS/CUTLASS GEMM CTA at these tiles fills most of an SM's shared memory, so the two do not
+share an SM and the compute runs on the SMs the channels leave. The channels a ring collective
+holds, from NCCL 2.18's topology search (src/graph/search.cc, ``ncclTopoCompute``; its
+connect.cc, ``ncclTopoPostset``, doubles whatever the search found):
+- within a DGX/HGX node, ``nccl_channels_node``: rings at the first speed of the intra-node array
+  (40 GB/s sm80, 60 sm90) fill the NVLink rate NCCL assigns (12 x 20 GB/s on A100, 18 x 20 on
+  H100): 6 channels; ``ncclTopoCompute`` duplicates them (bwIntra >= 25, and >= 50 on sm90): 12;
+  the postset doubles: 24.
+- across nodes with one NIC per GPU, ``nccl_channels_network``: one ring per NIC at the first
+  inter-node speed the NIC carries (24 GB/s HDR on A100, 48 NDR on H100): 8 channels, which
+  ``ncclTopoCompute`` leaves (bwIntra < 25; on sm90 bwIntra < 50 with more than 4 channels) and
+  the postset doubles: 16.
+So compute beside a collective inside a node loses 24/108 = 22% (A100) or 24/132 = 18% (H100)
+of its rate, across nodes 15% or 12%. Lee et al. measure compute beside communication 18.9%
+slower on average, 40% at most, on 4 A100s and H100s ("Characterizing Compute-Communication
+Overlap in GPU-Accelerated Distributed Deep Learning", arXiv 2507.03114). Not priced: the HBM
+the collective moves (2-3x its rate, NCCL's maintainer in NVIDIA/nccl#1428) and the last wave of
+a GEMM whose tiles no longer fit the SMs that are left.
 """
 
 from __future__ import annotations
@@ -120,6 +140,8 @@ class Hardware:
     flash2_k0: tuple[float, float] = FA2_K0
     flash1_k0: tuple[float, float] = FA2_K0
     gpus_per_node: int = 8
+    nccl_channels_node: int = 24  # CTAs (SMs) a ring collective holds within a node
+    nccl_channels_network: int = 16  # ... and across nodes (one NIC per GPU)
     nvlink_latency_s: float = 3.4e-6
     network_latency_s: float = 9.6e-6
     network_busbw: float | None = None  # measured cross-node all-reduce busbw; None: NIC rate
@@ -131,6 +153,14 @@ class Hardware:
     def hbm_rate(self) -> float:
         """Bytes/s an HBM-bound kernel moves: ``hbm_bw`` x ``hbm_efficiency``."""
         return self.hbm_bw * self.hbm_efficiency
+
+    def collective_sm_share(self, nodes: int) -> float:
+        """The fraction of the SMs a ring collective over ``nodes`` nodes holds while it runs,
+        which the compute beside it loses (all of them on a GPU with no more SMs than
+        channels: hiding then buys nothing)."""
+        check_positive_int("nodes", nodes)
+        channels = self.nccl_channels_network if nodes > 1 else self.nccl_channels_node
+        return min(1.0, channels / self.sms)
 
     def flash_fractions(self, kind: str, seq_len: int | None = None) -> tuple[float, float]:
         """(forward, backward) fraction of peak of a ``flash``, ``flash2`` or ``flash1`` kernel
@@ -156,7 +186,8 @@ class Hardware:
             k0 = getattr(self, f"{kind}_k0")
             if len(k0) != 2 or not all(isinstance(x, Real) and x >= 0 for x in k0):
                 raise ValueError(f"{kind}_k0={k0!r} must be (forward, backward) keys >= 0")
-        for name in ("sms", "k_step", "pipeline_stages", "gpus_per_node"):
+        for name in ("sms", "k_step", "pipeline_stages", "gpus_per_node", "nccl_channels_node",
+                     "nccl_channels_network"):
             check_positive_int(name, getattr(self, name))
         if not self.tiles or any(len(t) != 2 or not all(isinstance(x, Integral) and x > 0
                                                         for x in t) for t in self.tiles):

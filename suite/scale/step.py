@@ -64,7 +64,18 @@ A stage's slot:
              ranks with NCCL's latency (one pass); with prefetch (dp_overlap) each layer's
              traffic hides under the previous layer's compute, so what shows is
              max(traffic - compute, one layer's traffic).
-  slot       (GEMMs + attention + memory + exposed TP + exposed PP + exposed FSDP)
+  interference
+             a collective hidden under compute holds ``Hardware.collective_sm_share`` of the
+             SMs (NCCL's channels, one CTA each) while it runs, so the kernels beside it run
+             on the rest: hidden time x that share x the compute's share of the time it hides
+             under (the memory-bound kernels too: the share stands in for the HBM the
+             collective's copies take from them); for FSDP's hidden traffic here, for DP's
+             overlapped part below. Not priced: hidden TP (Transformer Engine's overlap runs
+             its all-gathers on the copy engines and its reduce-scatters on an SM count per
+             GEMM, userbuffers' num_sm, that the runs do not state; MegaScale's is its own)
+             and hidden PP (single send/recv transfers).
+  slot       (GEMMs + attention + memory + exposed TP + exposed PP + exposed FSDP
+             + interference)
              x (1 + straggler ln nodes).
 The iteration:
   slots      m + (p-1)/v (interleaved 1F1B bubble) + (v-1)(p-r)/v when r = m mod p > 0.
@@ -77,7 +88,8 @@ The iteration:
              (min(r x NIC, NVLink, the measured busbw)); exposed = (1 - dp_overlap) of it plus
              what of the overlapped part does not fit the window the schedule leaves (one
              slot, plus the other v - 1 chunks of a group of min(m, p) micro-batches).
-             fsdp, fsdp2, fsdp_grad_op: in the slots above.
+             fsdp, fsdp2, fsdp_grad_op: in the slots above. The overlapped part that fits
+             the window pays the interference above.
   optimizer  Adam over the GPU's parameters (/ d when the optimizer state is sharded), as a
              multi-tensor fused kernel runs it with fp32 master weights (Megatron's and
              DeepSpeed's mixed-precision optimizers): it reads the fp32 gradient, master
@@ -89,7 +101,8 @@ The iteration:
              clip_grad_norm_'s multiply) moves about 92; on the FSDP datasets, where the state
              is sharded over 8 or more GPUs, that changes no mean error by more than 0.1
              points, so one count serves.
-  iteration = slots x slot + exposed DP + optimizer + tied-embedding all-reduce.
+  iteration = slots x slot + exposed DP + DP interference + optimizer + tied-embedding
+             all-reduce.
   MFU = tokens/s x model FLOPs per token / (GPUs x peak); HFU counts recompute.
 
 Each term can be switched off (``Terms``) to see what it adds. Fitted per system (``fit``): the
@@ -142,6 +155,7 @@ class Terms:
     loss: bool = True
     optimizer: bool = True
     tied_embedding: bool = True
+    interference: bool = True
 
     @classmethod
     def none(cls) -> "Terms":
@@ -153,7 +167,8 @@ ALL_TERMS = Terms()
 
 
 BREAKDOWN = ("gemm_s", "attention_s", "memory_s", "bubble_s", "tp_exposed_s", "pp_exposed_s",
-             "fsdp_exposed_s", "dp_exposed_s", "sync_s", "optimizer_s")  # Estimate.breakdown
+             "fsdp_exposed_s", "dp_exposed_s", "interference_s", "sync_s",
+             "optimizer_s")  # Estimate.breakdown
 
 
 @dataclass(frozen=True)
@@ -348,6 +363,7 @@ class StageWork:
     tp: float
     pp: float
     fsdp: float
+    interference: float = 0.0  # what hidden FSDP traffic costs the compute beside it
 
 
 def forward_reruns(gemm: str, layout: Layout) -> float:
@@ -541,13 +557,16 @@ def stage_works(model: ModelConfig, layout: Layout, hw: Hardware,
         dp_handling = HP_GRAD_ACCUMULATION_BYTES
     elif terms.memory and layout.dp_mode in FSDP_MODES and layout.dp > 1:
         dp_handling = fsdp_copy_bytes(model, layout)
-    fsdp_rate = fsdp_latency = 0.0  # per stage: bytes/s of its rings, and each ring's latency
+    fsdp_rate = fsdp_latency = fsdp_share = 0.0  # per stage: bytes/s of its rings, each ring's
+    # latency, and the SMs its collectives hold
     if layout.dp_mode in FSDP_MODES and layout.dp > 1:
         per_node = dp_ranks_per_node(layout, hw) if terms.dp_nic_sharing else 1
         fsdp_rate = dp_bandwidth(layout, hw, per_node)
+        nodes = dp_group_nodes(layout, hw, per_node)
         if terms.latency:
-            fsdp_latency = ring_latency(layout.dp, dp_group_nodes(layout, hw, per_node), hw,
-                                        passes=1)
+            fsdp_latency = ring_latency(layout.dp, nodes, hw, passes=1)
+        if terms.interference:
+            fsdp_share = hw.collective_sm_share(nodes)
     for i, (layers, held) in enumerate(zip(split, params)):
         last = i == layout.pp - 1
         if not terms.stage_imbalance:  # the layers, the output layer and the parameters spread
@@ -557,22 +576,23 @@ def stage_works(model: ModelConfig, layout: Layout, hw: Hardware,
         stage_gemm = layers * gemm + share * logits_gemm
         stage_memory = layers * memory + share * loss + dp_handling * held / hw.hbm_rate
         stage_flash = layers * flash
-        fsdp = 0.0
+        fsdp = interference = 0.0
         if fsdp_rate:
             traffic = fsdp_bytes_per_microbatch(model, layout, held) / fsdp_rate \
                 + layers * (fsdp_gathers(layout) + 1) * fsdp_latency
             compute = stage_gemm / hw.gemm_efficiency + stage_flash + stage_memory
             hidden = max(traffic - compute, traffic / max(layers, 1))
             fsdp = (1 - layout.dp_overlap) * traffic + layout.dp_overlap * hidden
+            interference = layout.dp_overlap * (traffic - hidden) * fsdp_share
         works.append(StageWork(stage_gemm, stage_flash, stage_memory,
                                layers * tp_layer,
-                               (1 - layout.pp_overlap) * pp, fsdp))
+                               (1 - layout.pp_overlap) * pp, fsdp, interference))
     return works
 
 
 def _slot(work: StageWork, hw: Hardware) -> float:
     return work.gemm / hw.gemm_efficiency + work.attention + work.memory + work.tp + work.pp \
-        + work.fsdp
+        + work.fsdp + work.interference
 
 
 def estimate(model: ModelConfig, hw: Hardware, layout: Layout,
@@ -588,22 +608,28 @@ def estimate(model: ModelConfig, hw: Hardware, layout: Layout,
     nodes = max(1, ceil(layout.gpus / hw.gpus_per_node))
     stretch = 1 + hw.straggler * log(nodes) if terms.straggler else 1.0
     local = max(stage_params(model, layout))
-    dp = 0.0
+    dp = dp_share = 0.0
     if layout.dp > 1 and layout.dp_mode not in FSDP_MODES:
         per_node = dp_ranks_per_node(layout, hw) if terms.dp_nic_sharing else 1
+        dp_nodes = dp_group_nodes(layout, hw, per_node)
         dp = dp_bytes_per_iteration(model, layout, local) / dp_bandwidth(layout, hw, per_node)
         if terms.latency:
-            dp += ceil(local / DP_BUCKET_PARAMS) * allreduce_latency(
-                layout.dp, dp_group_nodes(layout, hw, per_node), hw)
+            dp += ceil(local / DP_BUCKET_PARAMS) * allreduce_latency(layout.dp, dp_nodes, hw)
+        if terms.interference:
+            dp_share = hw.collective_sm_share(dp_nodes)
     dp_exposed = (1 - layout.dp_overlap) * dp
+    hidden = layout.dp_overlap * dp
     if terms.dp_window and layout.dp_overlap > 0:
         window = work * (1 + min(m, p) * (v - 1) / v)
-        dp_exposed += max(0.0, layout.dp_overlap * dp - window)
+        dp_exposed += max(0.0, hidden - window)
+        hidden = min(hidden, window)
+    compute = slowest.gemm / hw.gemm_efficiency + slowest.attention + slowest.memory
+    dp_interference = hidden * dp_share * compute / work if work > 0 else 0.0
     shard = layout.dp if layout.shards_optimizer else 1
     optimizer = local / shard * ADAM_BYTES_PER_PARAM / hw.hbm_rate if terms.optimizer else 0.0
     embedding = tied_embedding_sync(model, layout, hw, terms.latency) \
         if terms.tied_embedding else 0.0
-    time = slots * work * stretch + dp_exposed + optimizer + embedding
+    time = slots * work * stretch + dp_exposed + dp_interference + optimizer + embedding
     tokens_per_s = layout.global_batch * model.seq_len / time
     mfu = tokens_per_s * model.flops_per_token / (layout.gpus * hw.peak_flops)
     hfu = (tokens_per_s * model.hardware_flops_per_token(layout.recompute)
@@ -612,6 +638,7 @@ def estimate(model: ModelConfig, hw: Hardware, layout: Layout,
              "attention_s": m * slowest.attention, "memory_s": m * slowest.memory,
              "bubble_s": (slots - m) * work, "tp_exposed_s": m * slowest.tp,
              "pp_exposed_s": m * slowest.pp + embedding, "fsdp_exposed_s": m * slowest.fsdp,
-             "dp_exposed_s": dp_exposed, "sync_s": slots * work * (stretch - 1),
-             "optimizer_s": optimizer}
+             "dp_exposed_s": dp_exposed,
+             "interference_s": m * slowest.interference + dp_interference,
+             "sync_s": slots * work * (stretch - 1), "optimizer_s": optimizer}
     return Estimate(time, tokens_per_s, mfu, hfu, parts)
