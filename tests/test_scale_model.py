@@ -1078,6 +1078,15 @@ def test_a_measured_busbw_enters_through_the_runs_csv():
         runs_from_frame(pd.DataFrame([{**ROW, "network_busbw_gbps": 0}]), "runs.csv")
 
 
+def test_a_fabrics_nccl_channels_enter_through_the_runs_csv():
+    """Jean Zay-like nodes, 4 NICs for 8 GPUs: 8 ring channels across nodes."""
+    (run,) = runs_from_frame(pd.DataFrame([{**ROW, "nccl_channels_network": 8}]), "runs.csv")
+    assert (run.hardware.nccl_channels_node, run.hardware.nccl_channels_network) == (24, 8)
+    assert run.hardware.collective_sm_share(2) == pytest.approx(8 / run.hardware.sms)
+    with pytest.raises(RunsError, match="column nccl_channels_node"):
+        runs_from_frame(pd.DataFrame([{**ROW, "nccl_channels_node": 0}]), "runs.csv")
+
+
 def test_a_measured_hbm_efficiency_enters_through_the_runs_csv():
     (run,) = runs_from_frame(pd.DataFrame([{**ROW, "hbm_efficiency": 0.8}]), "runs.csv")
     assert run.hardware.hbm_rate == pytest.approx(0.8 * run.hardware.hbm_bw)

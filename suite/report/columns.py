@@ -95,6 +95,7 @@ SCALE_COLUMNS: list[Column] = [
     ("bubble s", _num("bubble_s", ".2f")),
     ("exposed TP/PP/DP s", lambda r: "/".join(fmt(r.get(k), ".2f") for k in
                                               ("tp_exposed_s", "pp_exposed_s", "dp_exposed_s"))),
+    ("SMs held by hidden comm. s", _num("interference_s", ".2f")),
     ("sync s", _num("sync_s", ".2f")),
     ("paper GiB", _num("paper_memory_gib", ".1f")),
     ("model GiB (fits)", _memory_verdict),

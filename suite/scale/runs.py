@@ -18,8 +18,11 @@ Columns (empty = not given; names are exact, an unknown column is an error):
                 direction), sms; optional hbm_gb, hbm_efficiency (0.88: the fraction of
                 hbm_gbps that streaming kernels reach), gpus_per_node (8), network_busbw_gbps (the
                 bus bandwidth an all-reduce across nodes was measured at, nccl-tests' busbw:
-                caps every transfer between nodes, for a fabric slower than its NICs); numbers
-                given with a preset override it
+                caps every transfer between nodes, for a fabric slower than its NICs),
+                nccl_channels_node (24) and nccl_channels_network (16: NCCL's ring channels
+                inside a node and across nodes, one SM each while a hidden collective runs;
+                the second is twice the NICs of a node); numbers given with a preset override
+                it
   layout        tp, pp, micro_batch, global_batch (required); gpus or dp; virtual_stages (1),
                 first_stage_layers, last_stage_layers, recompute (none | selective | full),
                 recompute_fraction (the share of layers full recompute covers, 1),
@@ -64,7 +67,8 @@ from suite.scale.systems import SYSTEMS, System
 
 INTEGER = ("layers", "hidden", "heads", "seq_len", "vocab", "kv_heads", "ffn_hidden", "gpus",
            "tp", "pp", "dp", "virtual_stages", "micro_batch", "global_batch",
-           "first_stage_layers", "last_stage_layers", "grad_bytes", "gpus_per_node", "sms")
+           "first_stage_layers", "last_stage_layers", "grad_bytes", "gpus_per_node", "sms",
+           "nccl_channels_node", "nccl_channels_network")
 COUNT = ("logit_metrics",)  # integers that may be 0
 NUMBER = ("peak_tflops", "hbm_gbps", "hbm_gb", "hbm_efficiency", "nvlink_gbps", "network_gbps",
           "network_busbw_gbps", "iteration_time_s", "tokens_per_s", "mfu_percent",
@@ -193,7 +197,9 @@ def _hardware(row: dict) -> Hardware:
              "nvlink_gbps": ("nvlink_bw", 1e9), "network_gbps": ("network_bw", 1e9),
              "network_busbw_gbps": ("network_busbw", 1e9),
              "hbm_gb": ("hbm_bytes", 1e9), "hbm_efficiency": ("hbm_efficiency", 1),
-             "gpus_per_node": ("gpus_per_node", 1), "sms": ("sms", 1)}
+             "gpus_per_node": ("gpus_per_node", 1), "sms": ("sms", 1),
+             "nccl_channels_node": ("nccl_channels_node", 1),
+             "nccl_channels_network": ("nccl_channels_network", 1)}
     given = {field: row[c] * unit for c, (field, unit) in scale.items() if c in row}
     return replace(hw, **given)
 
