@@ -363,7 +363,7 @@ class StageWork:
     tp: float
     pp: float
     fsdp: float
-    interference: float = 0.0  # what hidden FSDP traffic costs the compute beside it
+    interference: float  # what hidden FSDP traffic costs the compute beside it
 
 
 def forward_reruns(gemm: str, layout: Layout) -> float:
