@@ -107,8 +107,8 @@ from dataclasses import dataclass, replace
 from numbers import Integral, Real
 
 from suite.scale.checks import check_positive, check_positive_int
+from suite.scale.layout import FLASH_KINDS
 
-FLASH_KINDS = ("flash", "flash2", "flash1")  # the tiled kernels, no s x s scores in HBM
 FA2_K0 = (110.0, 470.0)  # FlashAttention-2's overhead in keys, forward and backward (H200)
 CUDNN_K0 = (240.0, 300.0)  # cuDNN's fused attention's (H200)
 GiB = 1024 ** 3  # "80 GB" A100s and H100s hold 80 GiB of HBM; the H200's 141 GB are decimal

@@ -61,6 +61,7 @@ from suite.scale.checks import (
 
 RECOMPUTE = CHECKPOINTING  # the GPT's checkpointing modes; suite.mfu counts their FLOPs
 ATTENTION = ("unfused", "fused_softmax", "flash1", "flash2", "flash")
+FLASH_KINDS = ("flash", "flash2", "flash1")  # the tiled kernels, no s x s scores in HBM
 DP_MODES = ("allreduce", "zero1", "zero1_allreduce", "zero2", "fsdp", "fsdp2", "fsdp_grad_op")
 FSDP_MODES = ("fsdp", "fsdp2", "fsdp_grad_op")  # parameters all-gathered per micro-batch
 # The cross entropy over the logits: (HBM bytes per logit forward + backward, bytes per logit
@@ -127,7 +128,7 @@ class Layout:
         check_bool("sequence_parallel", self.sequence_parallel)
         check_bool("recompute_early_stop", self.recompute_early_stop)
         check_bool("attention_unpad", self.attention_unpad)
-        if self.attention_unpad and not self.attention.startswith("flash"):
+        if self.attention_unpad and not self.tiled_attention:
             raise ValueError(f"attention_unpad=True needs a tiled kernel (flash1, flash2, flash),"
                              f" not attention={self.attention!r}")
         if self.sequence_parallel and self.tp == 1:
@@ -155,6 +156,11 @@ class Layout:
     def full_recompute(self) -> float:
         """Share of the layers whose whole forward is recomputed (0 without full recompute)."""
         return self.recompute_fraction if self.recompute == "full" else 0.0
+
+    @property
+    def tiled_attention(self) -> bool:
+        """A FlashAttention kernel (``FLASH_KINDS``): no s x s scores in HBM."""
+        return self.attention in FLASH_KINDS
 
     @property
     def shards_optimizer(self) -> bool:

@@ -98,7 +98,7 @@ def layer_activation_bytes(model: ModelConfig, layout: Layout) -> tuple[float, f
     replicated = 8 * h + (2 * h if model.dropout else 0)
     split = (2 * (a + model.kv_heads) * d + 2 * model.kv_heads * d + 2 * h
              + 2 * ffn * (model.mlp_matrices - 1) + 2 * ffn)
-    if layout.attention.startswith("flash"):
+    if layout.tiled_attention:
         scores = 4 * a
     else:
         scores = (5 if model.dropout else 2) * a * s

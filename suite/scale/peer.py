@@ -22,7 +22,6 @@ from math import nan
 
 import pandas as pd
 
-from suite.scale.hardware import FLASH_KINDS
 from suite.scale.runs import Run
 
 PEER = "llm-analysis 0.2.2"
@@ -83,7 +82,7 @@ def step_time(run: Run, flops_efficiency: float = 1.0) -> float:
         batch_size_per_gpu=lay.micro_batch, global_batch_size=lay.global_batch,
         seq_len=m.seq_len, activation_recomputation=recompute,
         ds_zero=analysis.DSZeRO[zero[lay.dp_mode]], layernorm_dtype_bytes=2,
-        flash_attn=lay.attention in FLASH_KINDS, mlp_gated_linear_units=m.gated_mlp)
+        flash_attn=lay.tiled_attention, mlp_gated_linear_units=m.gated_mlp)
     return float(summary["latency_per_iter"])
 
 

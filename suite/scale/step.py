@@ -401,7 +401,7 @@ def _layer_passes(model: ModelConfig, layout: Layout, hw: Hardware, terms: Terms
     b, tp, kind = layout.micro_batch, layout.tp, layout.attention
     full = layout.full_recompute
     gemm, flash, memory = [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]  # [forward, backward]
-    tiled = kind.startswith("flash")
+    tiled = layout.tiled_attention
     if tiled:
         fwd_q, bwd_q = hw.flash_fractions(kind, model.seq_len)
     for g in model.layer_gemms(b, tp):
