@@ -24,7 +24,7 @@ from suite.scale.datasets import (
     korthikanti_rows,
     load_paper,
 )
-from suite.scale.fit import fit_efficiency, fit_system, is_scaling_pair
+from suite.scale.fit import Row, fit_efficiency, fit_system, fits_straggler, is_scaling_pair
 from suite.scale.gemm import backward_gemms, gemm_time, k_efficiency, shape_efficiency, \
     tile_efficiency
 from suite.scale.hardware import A100_80GB, H100_SXM, GiB, Hardware
@@ -61,6 +61,7 @@ from suite.scale.validate import (
     memory_summary,
     predict,
     summarize,
+    unfitted_straggler,
     user_system,
     weak_calibration,
 )
@@ -960,11 +961,50 @@ def test_fits_reproduce_their_rows():
             for lay in (small, large)]
     eff, sigma = fit_system(rows)
     assert (eff, sigma) == (pytest.approx(0.62), pytest.approx(0.04))
+    assert fits_straggler([Row(*r) for r in rows])  # 32 and 384 nodes
     other = ModelConfig(layers=48, hidden=8192, heads=64, seq_len=2048, vocab=64000)
     assert is_scaling_pair((GPT175, small), (GPT175, large))
     assert not is_scaling_pair((GPT175, small), (other, large))
     mixed = [rows[0], (other, large, A100_80GB, estimate(other, truth, large).iteration_time_s)]
     assert fit_system(mixed)[1] == 0
+
+
+def test_a_scaling_pair_inside_one_node_fits_no_straggler():
+    """The straggler stretches a step by ln(nodes), so a pair on 2 and 4 GPUs of one node
+    measures nothing of it: only the ceiling is fitted, between the two rows (the fit used to
+    search for a straggler that could not exist and fail)."""
+    model = ModelConfig(layers=24, hidden=2048, heads=16, seq_len=2048, vocab=50304)
+    two = Layout(tp=1, pp=1, dp=2, micro_batch=4, global_batch=8)
+    four = replace(two, dp=4, global_batch=16)
+    truth = replace(A100_80GB, gemm_efficiency=0.6)
+    rows = [Row(model, two, A100_80GB, estimate(model, truth, two).iteration_time_s),
+            Row(model, four, A100_80GB, 1.05 * estimate(model, truth, four).iteration_time_s)]
+    assert is_scaling_pair(rows[0][:2], rows[1][:2]) and not fits_straggler(rows)
+    eff, sigma = fit_system(rows)
+    assert sigma == 0 and 0.6 / 1.05 < eff < 0.6
+    across = replace(two, dp=16, global_batch=64)  # 16 GPUs: two nodes
+    assert fits_straggler([rows[0], Row(model, across, A100_80GB, 1.0)])
+
+
+def test_validate_names_the_systems_whose_straggler_is_not_fitted(predictions):
+    """Calibrated on one node count, a system's rows on more nodes carry no cost that grows
+    with them: ``unfitted_straggler`` names it, with the held-out errors by node count."""
+    lines = {u.system: u.line() for u in unfitted_straggler(predictions)}
+    assert {"MegaScale", "Megatron-LM"}.isdisjoint(lines)  # a pair on 32 and 384 nodes
+    assert not predictions[predictions.system == "MegaScale"].straggler_fitted.eq(False).any()
+    assert "torchtitan (A100)" not in lines  # every run on its calibration's 8 nodes
+    h100 = predictions[(predictions.system == "llm-foundry (H100)")
+                       & ~predictions.calibration.astype(bool)]
+    line = lines["llm-foundry (H100)"]
+    beyond = h100[h100.nodes > 1]
+    assert f"its {len(beyond)} measured iterations on 2-64 nodes, beyond the 1 " in line
+    by_nodes = h100.groupby("nodes").iteration_time_rel_error.mean()
+    assert f"64: {100 * by_nodes[64]:+.1f}%" in line and f"1: {100 * by_nodes[1]:+.1f}%" in line
+    assert unfitted_straggler(predictions.drop(columns="straggler_fitted")) == []
+    from suite.analysis.analyze import AnalysisInputs
+    from suite.analysis.summaries import llm_scale
+    (u,) = [u for u in unfitted_straggler(predictions) if u.system == "llm-foundry (H100)"]
+    assert f"llm-foundry (H100) ({u.trend()})" in llm_scale(AnalysisInputs(predictions))
 
 
 def test_each_system_is_fitted_on_its_declared_runs_only(runs, predictions):
@@ -1130,7 +1170,9 @@ def test_scale_table_cli_reads_the_published_datasets_unless_given(capsys, monke
     assert counts["bloom176b_search"] == 5  # its first five rows, the fifth out of memory
     assert table[table.dataset == "bloom176b_search"].outcome.tolist() == ["ok"] * 4 + ["oom"]
     assert len(table) == len(predictions) - 20 + 5
-    assert "calibration row" not in capsys.readouterr().err  # no published one is weak
+    err = capsys.readouterr().err
+    assert "of its time in GEMMs" not in err  # no published calibration row is weak
+    assert "llm-foundry (H100): its calibration rows cannot fit the straggler constant" in err
     assert main(["scale-table", "--paper-dir", str(tmp_path), "--out", str(out)]) == 2
     assert "no bloom176b_training_log.csv for role 'bloom'" in capsys.readouterr().err
 
@@ -1144,6 +1186,7 @@ def test_validate_cli(capsys, tmp_path):
     report = json.loads(capsys.readouterr().out)
     assert report["calibration"] == cal.split(",") and report["peer"] == peer.PEER
     assert report["weak_calibration"] == []  # both rows spend most of their time in GEMMs
+    assert report["unfitted_straggler"] == []  # every row on the calibration's node count
     (summary,) = report["summary"]
     assert summary["runs"] == 6 and summary["sweeps"] == 2
     assert len(pd.read_csv(out)) == 8

@@ -12,8 +12,9 @@ def llm_scale(inputs: AnalysisInputs) -> str:
     """The model's error on the runs it was not fitted to, per dataset and system, with
     llm-analysis's (fitted on the same rows) beside it; where a dataset holds runs with and
     without recompute, the signed error of each (a bias between them misranks layouts); the
-    memory model against the measured peaks and the runs that ran out of memory."""
-    from suite.scale.validate import memory_line, memory_summary, summarize
+    memory model against the measured peaks and the runs that ran out of memory; the systems
+    whose straggler constant their calibration cannot fit, with their errors by node count."""
+    from suite.scale.validate import memory_line, memory_summary, summarize, unfitted_straggler
 
     table = inputs.table
     peer = summarize(table, "peer_fitted_time_s").set_index(["dataset", "system"]) \
@@ -46,9 +47,16 @@ def llm_scale(inputs: AnalysisInputs) -> str:
         if lines[(r.dataset, r.system)]:
             part += f"; memory: {lines[(r.dataset, r.system)]}"
         parts.append(part)
+    unfitted = unfitted_straggler(table)
     return ("Held-out error: " + "; ".join(parts) + f". Of the {memory.fit_checked.sum()} "
             "published runs that ran whole (memory is never fitted), the memory model marks "
-            f"{memory.ran_marked_oom.sum()} as too big to fit.")
+            f"{memory.ran_marked_oom.sum()} as too big to fit."
+            + (" With no calibration pair of one layout on two node counts, these systems fit "
+               "no straggler constant, so their runs on more nodes than they were fitted on "
+               "carry no synchronization cost that grows with the nodes; signed error by "
+               "nodes: " + "; ".join(f"{u.system} ({u.trend()})"
+                                                           for u in unfitted) + "."
+               if unfitted else ""))
 
 
 def llm_ablation(inputs: AnalysisInputs) -> str:

@@ -162,6 +162,7 @@ def _validate(args: argparse.Namespace) -> int:
         memory_summary,
         predict,
         summarize,
+        unfitted_straggler,
         user_system,
         weak_calibration,
     )
@@ -177,6 +178,7 @@ def _validate(args: argparse.Namespace) -> int:
     ours = summarize(table, by=by)
     theirs = summarize(table, "peer_fitted_time_s", by=by)
     weak = weak_calibration(table)
+    unfitted = [u.line() for u in unfitted_straggler(table)]
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         table.to_csv(args.out, index=False)
@@ -185,6 +187,7 @@ def _validate(args: argparse.Namespace) -> int:
                           "gemm_efficiency": float(table.gemm_efficiency.iloc[0]),
                           "straggler": float(table.straggler.iloc[0]),
                           "weak_calibration": weak,
+                          "unfitted_straggler": unfitted,
                           "summary": json.loads(ours.to_json(orient="records")),
                           "memory": json.loads(memory_summary(table).to_json(orient="records")),
                           "peer": peer.PEER,
@@ -193,7 +196,7 @@ def _validate(args: argparse.Namespace) -> int:
         return 0
     print(f"{args.runs.stem}: fitted on {ids}: gemm efficiency "
           f"{table.gemm_efficiency.iloc[0]:.3f}, straggler {table.straggler.iloc[0]:.4f}")
-    for line in weak:
+    for line in weak + unfitted:
         print(f"warning: {line}", file=sys.stderr)
     cols = ["label", "paper_iteration_time_s", "predicted_iteration_time_s",
             "iteration_time_rel_error", "peer_fitted_time_s", "calibration",

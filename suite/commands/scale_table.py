@@ -21,12 +21,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from suite.scale.datasets import PAPER_ROLES, load_paper, validation_table
-    from suite.scale.validate import weak_calibration
+    from suite.scale.validate import unfitted_straggler, weak_calibration
 
     given = paper_tables("llm_scale", args.paper)
     missing = sorted(set(PAPER_ROLES) - set(given))
     table = validation_table({**load_paper(args.paper_dir, missing), **given})
-    for line in weak_calibration(table):
+    for line in weak_calibration(table) + [u.line() for u in unfitted_straggler(table)]:
         print(f"warning: {line}", file=sys.stderr)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(args.out, index=False)

@@ -1,10 +1,13 @@
 """The two numbers fitted per system, from its declared rows only: the GEMM ceiling
 (``gemm_efficiency``) and the straggler constant.
 
-Two rows of one model and layout at different DP sizes (a scaling pair) fit both: the pair that
-reproduces both rows. Where that needs a negative straggler, or the rows are two models or
-layouts (whose difference is not only scale), the straggler is 0 and the efficiency minimises the
-rows' squared relative errors (exact for one row).
+Two rows of one model and layout at different DP sizes (a scaling pair) on different node
+counts fit both: the pair that reproduces both rows. Where that needs a negative straggler, or
+the rows are two models or layouts (whose difference is not only scale), or both ran on one node
+count (the straggler stretches a step by ln nodes, so such a pair measures nothing of it), the
+straggler is 0 and the efficiency minimises the rows' squared relative errors (exact for one
+row); ``validate.unfitted_straggler`` then says what that leaves out where rows run on more
+nodes.
 
 A row is an iteration's time, or one layer's (``Row.timed == "layer"``: forward, backward and
 recompute of one layer on its TP group, ``step.timed_layer_seconds``). A layer time fits the
@@ -24,7 +27,7 @@ from suite.scale.checks import check_positive
 from suite.scale.hardware import Hardware
 from suite.scale.layout import Layout
 from suite.scale.model import ModelConfig
-from suite.scale.step import ALL_TERMS, Terms, estimate, timed_layer_seconds
+from suite.scale.step import ALL_TERMS, Terms, estimate, job_nodes, timed_layer_seconds
 
 TIMED = ("iteration", "layer")
 
@@ -75,6 +78,14 @@ def is_scaling_pair(a: tuple[ModelConfig, Layout], b: tuple[ModelConfig, Layout]
             == replace(lay_b, dp=1, global_batch=lay_b.micro_batch))
 
 
+def fits_straggler(rows: list[Row], terms: Terms = ALL_TERMS) -> bool:
+    """Whether the rows fit the straggler constant: two timed iterations of one scaling pair, on
+    one machine, on different node counts."""
+    return (len(rows) == 2 and terms.straggler and all(r.timed == "iteration" for r in rows)
+            and rows[0].hw == rows[1].hw and is_scaling_pair(rows[0][:2], rows[1][:2])
+            and job_nodes(rows[0].layout, rows[0].hw) != job_nodes(rows[1].layout, rows[1].hw))
+
+
 def _least_squares_efficiency(rows: list[Row], terms: Terms) -> float:
     if len(rows) == 1:
         r = rows[0]
@@ -93,9 +104,7 @@ def fit_system(rows: list[Row | tuple], terms: Terms = ALL_TERMS) -> tuple[float
     if not 1 <= len(rows) <= 2:
         raise ValueError(f"{len(rows)} calibration rows: a system fits one or two")
     rows = [Row(m, lay, replace(h, straggler=0.0), *rest) for m, lay, h, *rest in rows]
-    if len(rows) == 1 or not terms.straggler or \
-            any(r.timed != "iteration" for r in rows) or \
-            not is_scaling_pair(rows[0][:2], rows[1][:2]) or rows[0].hw != rows[1].hw:
+    if not fits_straggler(rows, terms):
         return _least_squares_efficiency(rows, terms), 0.0
     (m1, l1, hw, t1, _), (m2, l2, _, t2, _) = rows
 

@@ -239,11 +239,16 @@ def cross_node_rate(hw: Hardware, ranks_per_node: int = 1) -> float:
     return rate if hw.network_busbw is None else min(rate, hw.network_busbw)
 
 
+def job_nodes(layout: Layout, hw: Hardware) -> int:
+    """Nodes the job spans: the ``ln nodes`` the straggler constant stretches a step by."""
+    return max(1, ceil(layout.gpus / hw.gpus_per_node))
+
+
 def dp_group_nodes(layout: Layout, hw: Hardware, ranks_per_node: int) -> int:
     """Nodes one DP group spans, ``ranks_per_node`` of its ranks on each (at most the job's
     nodes when one is counted per node)."""
     if ranks_per_node == 1:
-        return min(layout.dp, max(1, ceil(layout.gpus / hw.gpus_per_node)))
+        return min(layout.dp, job_nodes(layout, hw))
     return ceil(layout.dp / ranks_per_node)
 
 
@@ -605,7 +610,7 @@ def estimate(model: ModelConfig, hw: Hardware, layout: Layout,
     slots = m + (p - 1) / v
     if terms.uneven_bubble:
         slots += uneven_bubble_slots(p, v, m)
-    nodes = max(1, ceil(layout.gpus / hw.gpus_per_node))
+    nodes = job_nodes(layout, hw)
     stretch = 1 + hw.straggler * log(nodes) if terms.straggler else 1.0
     local = max(stage_params(model, layout))
     dp = dp_share = 0.0

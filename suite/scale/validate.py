@@ -16,41 +16,52 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from math import nan
-from typing import Any
+from typing import Any, NamedTuple
 
 import pandas as pd
 from scipy.stats import spearmanr
 
-from suite.scale.fit import Row, fit_system
+from suite.scale.fit import Row, fit_system, fits_straggler
 from suite.scale.hardware import GiB, Hardware
 from suite.scale.memory import memory
 from suite.scale.runs import Run
-from suite.scale.step import ALL_TERMS, BREAKDOWN, Estimate, Terms, estimate, layer_breakdown
+from suite.scale.step import (
+    ALL_TERMS,
+    BREAKDOWN,
+    Estimate,
+    Terms,
+    estimate,
+    job_nodes,
+    layer_breakdown,
+)
 
 Calibration = dict[str, tuple[tuple[str, str], ...]]  # system -> ((dataset, id), ...)
 # Columns of ``predict``'s table that ``summarize`` can split the held-out rows by.
-SLICES = ("gpu", "gpus", "tp", "pp", "dp", "virtual_stages", "micro_batch", "seq_len",
+SLICES = ("gpu", "gpus", "nodes", "tp", "pp", "dp", "virtual_stages", "micro_batch", "seq_len",
           "tokens_per_micro_batch", "recompute", "sequence_parallel", "attention", "dp_mode")
+
+
+def calibration_rows(runs: list[Run], calibration: Calibration, system: str) -> list[Row]:
+    """The rows a system is fitted on: its declared runs, each with a measured time."""
+    if system not in calibration:
+        raise ValueError(f"system {system!r} declares no calibration runs; declared: "
+                         f"{sorted(calibration)}")
+    by_key = {(r.dataset, r.id, r.system): r for r in runs}
+    rows = []
+    for dataset, rid in calibration[system]:
+        run = by_key.get((dataset, rid, system))
+        if run is None or run.measured_s is None:
+            raise ValueError(f"{system}: calibration run {dataset}/{rid!r} is not a run "
+                             "with a measured iteration or layer time")
+        rows.append(Row(run.model, run.layout, run.hardware, run.measured_s, run.timed))
+    return rows
 
 
 def fit(runs: list[Run], calibration: Calibration, terms: Terms = ALL_TERMS
         ) -> dict[str, tuple[float, float]]:
     """Each system's (gemm_efficiency, straggler), from its declared runs only."""
-    by_key = {(r.dataset, r.id, r.system): r for r in runs}
-    fitted = {}
-    for system in sorted({r.system for r in runs}):
-        if system not in calibration:
-            raise ValueError(f"system {system!r} declares no calibration runs; declared: "
-                             f"{sorted(calibration)}")
-        rows = []
-        for dataset, rid in calibration[system]:
-            run = by_key.get((dataset, rid, system))
-            if run is None or run.measured_s is None:
-                raise ValueError(f"{system}: calibration run {dataset}/{rid!r} is not a run "
-                                 "with a measured iteration or layer time")
-            rows.append(Row(run.model, run.layout, run.hardware, run.measured_s, run.timed))
-        fitted[system] = fit_system(rows, terms)
-    return fitted
+    return {system: fit_system(calibration_rows(runs, calibration, system), terms)
+            for system in sorted({r.system for r in runs})}
 
 
 def iteration_rows(predictions: pd.DataFrame) -> pd.DataFrame:
@@ -68,11 +79,14 @@ def hardware_with_fit(run: Run, fits: dict[str, tuple[float, float]]) -> Hardwar
 
 def predict(runs: list[Run], calibration: Calibration, terms: Terms = ALL_TERMS) -> pd.DataFrame:
     """One row per run: measured and predicted iteration time and MFU, the errors (predicted -
-    measured), the breakdown, whether the run was fitted, and the fitted numbers; its outcome,
+    measured), the breakdown, whether the run was fitted, and the fitted numbers (with whether
+    its system's calibration could fit the straggler, and the nodes it ran on); its outcome,
     and the measured and modelled memory of the fullest GPU with whether the model fits it. A
     run that timed one layer (``timed`` "layer") has that layer's seconds in the time columns
     and its breakdown, and no MFU or memory."""
     fits = fit(runs, calibration, terms)
+    straggler_fitted = {system: fits_straggler(calibration_rows(runs, calibration, system), terms)
+                        for system in fits}
     out = []
     for run in runs:
         hw = hardware_with_fit(run, fits)
@@ -89,7 +103,8 @@ def predict(runs: list[Run], calibration: Calibration, terms: Terms = ALL_TERMS)
         out.append({
             "dataset": run.dataset, "system": run.system, "label": run.id, "group": run.group,
             "timed": run.timed,
-            "gpu": run.hardware.name, "gpus": run.gpus, "batch_size": lay.global_batch,
+            "gpu": run.hardware.name, "gpus": run.gpus,
+            "nodes": job_nodes(lay, run.hardware), "batch_size": lay.global_batch,
             "tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "virtual_stages": lay.virtual_stages,
             "micro_batch": lay.micro_batch, "seq_len": run.model.seq_len,
             "tokens_per_micro_batch": lay.micro_batch * run.model.seq_len,
@@ -107,6 +122,7 @@ def predict(runs: list[Run], calibration: Calibration, terms: Terms = ALL_TERMS)
             **est.breakdown,
             "calibration": (run.dataset, run.id) in calibration.get(run.system, ()),
             "gemm_efficiency": hw.gemm_efficiency, "straggler": hw.straggler,
+            "straggler_fitted": straggler_fitted[run.system],
         })
     return pd.DataFrame(out)
 
@@ -136,6 +152,55 @@ def weak_calibration(predictions: pd.DataFrame) -> list[str]:
                      "ceiling fitted on it mostly absorbs the other terms' errors; a row with "
                      "more micro-batches per pipeline, or less communication, fits it better")
     return lines
+
+
+class UnfittedStraggler(NamedTuple):
+    """A system whose straggler constant is 0 as its calibration rows cannot fit it, with rows
+    on more nodes than those: ``beyond`` measured iterations on ``lowest``-``highest`` nodes
+    past the ``calibrated`` its calibration ran on; ``signed_by_nodes``, the signed mean error
+    of its rows not fitted per node count."""
+    system: str
+    calibrated: int
+    beyond: int
+    lowest: int
+    highest: int
+    signed_by_nodes: dict[int, float]
+
+    def trend(self) -> str:
+        return ", ".join(f"{n}: {100 * e:+.1f}%" for n, e in self.signed_by_nodes.items())
+
+    def line(self) -> str:
+        return (f"{self.system}: its calibration rows cannot fit the straggler constant (no pair "
+                f"of one layout on two node counts), so it is 0 and its {self.beyond} measured "
+                f"iterations on {self.lowest}-{self.highest} nodes, beyond the {self.calibrated} "
+                "its calibration ran on, carry no synchronization cost that grows with the "
+                f"nodes; signed mean error of the rows not fitted, by nodes: {self.trend()}; two "
+                "runs of one layout on two node counts, the larger near the scale you predict, "
+                "fit it")
+
+
+def unfitted_straggler(predictions: pd.DataFrame) -> list[UnfittedStraggler]:
+    """Each system whose calibration rows cannot fit the straggler constant (no scaling pair on
+    two node counts: ``suite.scale.fit``), so that it stays 0, which predicts measured
+    iterations on more nodes than its calibration ran on: those rows carry no synchronization
+    cost that grows with the nodes, which shows as errors falling with the nodes."""
+    if "straggler_fitted" not in predictions:  # a table from before the column
+        return []
+    found = []
+    for system, g in predictions.groupby("system", sort=False):
+        fitted = g.calibration.astype(bool)
+        if g.straggler_fitted.astype(bool).any() or not fitted.any():
+            continue
+        most = int(g[fitted].nodes.max())
+        held = iteration_rows(g[~fitted]).dropna(subset=["iteration_time_rel_error"])
+        beyond = held[held.nodes > most]
+        if beyond.empty:
+            continue
+        by_nodes = held.groupby("nodes").iteration_time_rel_error.mean()
+        found.append(UnfittedStraggler(system, most, len(beyond), int(beyond.nodes.min()),
+                                       int(beyond.nodes.max()),
+                                       {int(n): float(e) for n, e in by_nodes.items()}))
+    return found
 
 
 def rank_metrics(rows: pd.DataFrame, predicted: str = "predicted_iteration_time_s"
