@@ -32,7 +32,7 @@ from suite.scale.layout import Layout
 from suite.scale.memory import RESERVE_BYTES, layer_activation_bytes, memory, stage_memory
 from suite.scale.model import Gemm, ModelConfig
 from suite.scale.runs import RunsError, read_runs, runs_from_frame
-from suite.scale.search import end_stage_splits, search
+from suite.scale.search import end_stage_splits, layouts, search
 from suite.scale.step import (
     ALL_TERMS,
     BREAKDOWN,
@@ -1490,6 +1490,27 @@ def test_search_ranks_layouts_that_fit(capsys):
     assert len(report["top"]) == 3 and report["layouts_considered"] > 100
     assert {r["layout"]["attention"] for r in report["top"]} == {"flash"}
     assert report["top"][0]["iteration_time_s"] <= report["top"][2]["iteration_time_s"]
+
+
+def test_a_search_where_nothing_fits_says_how_far_the_leanest_layout_is():
+    """GPT-3 175B on 8 GPUs: every layout is too big, and the search names the one needing the
+    least memory, and how much, instead of an empty table."""
+    hw = replace(A100_80GB, gemm_efficiency=0.6)
+    result = search(GPT175, 8, 8, hw, SYSTEMS["Megatron-LM"])
+    assert not result.ranked and result.too_big == result.considered > 0
+    needs = {lay: memory(GPT175, lay, hw).total
+             for lay in layouts(GPT175, 8, 8, hw, SYSTEMS["Megatron-LM"])}
+    assert result.leanest == min(needs, key=needs.get)
+    # sharded 8 ways at best: 16 bytes a parameter under FSDP, 175e9 x 16 / 8 = 350 GB and more
+    assert needs[result.leanest] > GPT175.n_params * 16 / 8
+    report = search_report(GPT175, hw, result, "Megatron-LM", "given", top=3)
+    assert report["top"] == [] and not report["leanest_too_big"]["fits"]
+    text = search_as_text(report)
+    assert "0 ranked\nnone fits: the layout needing the least memory, TP " in text
+    assert f"needs {needs[result.leanest] / GiB:.1f} GiB of the" in text
+    fitting = search_report(GPT175, hw, search(GPT175, 1024, 1536, hw, SYSTEMS["Megatron-LM"]),
+                            "Megatron-LM", "given", top=1)
+    assert fitting["leanest_too_big"] is None and "the fastest:" in search_as_text(fitting)
 
 
 def test_the_search_tries_lighter_end_stages():

@@ -43,6 +43,7 @@ class SearchResult:
     ranked: list[Candidate]  # fitting layouts, fastest first
     considered: int
     too_big: int
+    leanest: Layout | None = None  # of those too big, the one needing the least memory
 
 
 def _divisors(n: int) -> list[int]:
@@ -118,11 +119,14 @@ def search(model: ModelConfig, gpus: int, global_batch: int, hw: Hardware, syste
            dp_modes: tuple[str, ...] = SEARCHED_DP_MODES) -> SearchResult:
     """Every fitting layout, fastest first."""
     ranked, considered, too_big = [], 0, 0
+    leanest: tuple[float, Layout] | None = None
     for layout in layouts(model, gpus, global_batch, hw, system, attention, dp_modes):
         considered += 1
         mem = memory(model, layout, hw)
         if not mem.fits:
             too_big += 1
+            if leanest is None or mem.total < leanest[0]:
+                leanest = mem.total, layout
             continue
         ranked.append(Candidate(layout, estimate(model, hw, layout), mem))
     ranked.sort(key=lambda c: c.estimate.iteration_time_s)
@@ -130,4 +134,4 @@ def search(model: ModelConfig, gpus: int, global_batch: int, hw: Hardware, syste
         raise ValueError(f"no layout of {gpus} GPUs exists for this model and "
                          f"global_batch={global_batch} (TP must split heads={model.heads} "
                          f"within gpus_per_node={hw.gpus_per_node}; DP must divide the batch)")
-    return SearchResult(ranked, considered, too_big)
+    return SearchResult(ranked, considered, too_big, None if leanest is None else leanest[1])

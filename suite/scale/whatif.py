@@ -74,7 +74,10 @@ def search_report(model: ModelConfig, hw: Hardware, result: SearchResult, system
             "gemm_efficiency": hw.gemm_efficiency, "straggler": hw.straggler,
             "fitted_on": fitted_on, "layouts_considered": result.considered,
             "layouts_too_big": result.too_big, "layouts_ranked": len(result.ranked),
-            "top": [_result(model, hw, c.layout) for c in result.ranked[:top]]}
+            "top": [_result(model, hw, c.layout) for c in result.ranked[:top]],
+            # where nothing fits: how far the layout needing the least memory is from fitting
+            "leanest_too_big": None if result.ranked or result.leanest is None
+            else _result(model, hw, result.leanest)}
 
 
 def _layout_line(lay: dict[str, Any]) -> str:
@@ -120,9 +123,19 @@ def search_as_text(report: dict[str, Any]) -> str:
              f"{report['gemm_efficiency']:.3f}, straggler {report['straggler']:.4f}; "
              f"{report['fitted_on']})",
              f"{report['layouts_considered']} layouts, {report['layouts_too_big']} do not fit "
-             f"in memory, {report['layouts_ranked']} ranked; the fastest:",
+             f"in memory, {report['layouts_ranked']} ranked"
+             + ("; the fastest:" if report["top"] else ""),
              f"{'#':>3} {'time s':>8} {'MFU %':>6} {'GiB':>6}  layout"]
     for i, r in enumerate(report["top"], start=1):
         lines.append(f"{i:>3} {r['iteration_time_s']:8.3f} {r['mfu_percent']:6.1f} "
                      f"{r['memory_gib']:6.1f}  {_layout_line(r['layout'])}")
+    lean = report.get("leanest_too_big")
+    if lean:
+        lines[-1] = (f"none fits: the layout needing the least memory, "
+                     f"{_layout_line(lean['layout'])}, needs {lean['memory_gib']:.1f} GiB of "
+                     f"the {lean['memory_capacity_gib']:.1f} usable on stage "
+                     f"{lean['memory_stage']} ("
+                     + ", ".join(f"{kind} {gib:.1f}" for kind, gib in
+                                 lean["memory_breakdown_gib"].items() if gib)
+                     + "); more GPUs, or a GPU with more memory, would fit")
     return "\n".join(lines)
