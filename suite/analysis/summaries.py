@@ -48,15 +48,14 @@ def llm_scale(inputs: AnalysisInputs) -> str:
             part += f"; memory: {lines[(r.dataset, r.system)]}"
         parts.append(part)
     unfitted = unfitted_straggler(table)
+    scale = (" With no calibration pair of one layout on two node counts, these systems fit no "
+             "straggler constant, so their runs on more nodes than they were fitted on carry no "
+             "synchronization cost that grows with the nodes; signed error by nodes: "
+             + "; ".join(f"{u.system} ({u.trend()})" for u in unfitted) + "."
+             if unfitted else "")
     return ("Held-out error: " + "; ".join(parts) + f". Of the {memory.fit_checked.sum()} "
             "published runs that ran whole (memory is never fitted), the memory model marks "
-            f"{memory.ran_marked_oom.sum()} as too big to fit."
-            + (" With no calibration pair of one layout on two node counts, these systems fit "
-               "no straggler constant, so their runs on more nodes than they were fitted on "
-               "carry no synchronization cost that grows with the nodes; signed error by "
-               "nodes: " + "; ".join(f"{u.system} ({u.trend()})"
-                                                           for u in unfitted) + "."
-               if unfitted else ""))
+            f"{memory.ran_marked_oom.sum()} as too big to fit." + scale)
 
 
 def llm_ablation(inputs: AnalysisInputs) -> str:

@@ -41,27 +41,30 @@ SLICES = ("gpu", "gpus", "nodes", "tp", "pp", "dp", "virtual_stages", "micro_bat
           "tokens_per_micro_batch", "recompute", "sequence_parallel", "attention", "dp_mode")
 
 
-def calibration_rows(runs: list[Run], calibration: Calibration, system: str) -> list[Row]:
-    """The rows a system is fitted on: its declared runs, each with a measured time."""
-    if system not in calibration:
-        raise ValueError(f"system {system!r} declares no calibration runs; declared: "
-                         f"{sorted(calibration)}")
+def calibration_rows(runs: list[Run], calibration: Calibration) -> dict[str, list[Row]]:
+    """Per system, the rows it is fitted on: its declared runs, each with a measured time."""
     by_key = {(r.dataset, r.id, r.system): r for r in runs}
-    rows = []
-    for dataset, rid in calibration[system]:
-        run = by_key.get((dataset, rid, system))
-        if run is None or run.measured_s is None:
-            raise ValueError(f"{system}: calibration run {dataset}/{rid!r} is not a run "
-                             "with a measured iteration or layer time")
-        rows.append(Row(run.model, run.layout, run.hardware, run.measured_s, run.timed))
+    rows: dict[str, list[Row]] = {}
+    for system in sorted({r.system for r in runs}):
+        if system not in calibration:
+            raise ValueError(f"system {system!r} declares no calibration runs; declared: "
+                             f"{sorted(calibration)}")
+        rows[system] = []
+        for dataset, rid in calibration[system]:
+            run = by_key.get((dataset, rid, system))
+            if run is None or run.measured_s is None:
+                raise ValueError(f"{system}: calibration run {dataset}/{rid!r} is not a run "
+                                 "with a measured iteration or layer time")
+            rows[system].append(Row(run.model, run.layout, run.hardware, run.measured_s,
+                                    run.timed))
     return rows
 
 
 def fit(runs: list[Run], calibration: Calibration, terms: Terms = ALL_TERMS
         ) -> dict[str, tuple[float, float]]:
     """Each system's (gemm_efficiency, straggler), from its declared runs only."""
-    return {system: fit_system(calibration_rows(runs, calibration, system), terms)
-            for system in sorted({r.system for r in runs})}
+    return {system: fit_system(rows, terms)
+            for system, rows in calibration_rows(runs, calibration).items()}
 
 
 def iteration_rows(predictions: pd.DataFrame) -> pd.DataFrame:
@@ -84,9 +87,9 @@ def predict(runs: list[Run], calibration: Calibration, terms: Terms = ALL_TERMS)
     and the measured and modelled memory of the fullest GPU with whether the model fits it. A
     run that timed one layer (``timed`` "layer") has that layer's seconds in the time columns
     and its breakdown, and no MFU or memory."""
-    fits = fit(runs, calibration, terms)
-    straggler_fitted = {system: fits_straggler(calibration_rows(runs, calibration, system), terms)
-                        for system in fits}
+    declared = calibration_rows(runs, calibration)
+    fits = {system: fit_system(rows, terms) for system, rows in declared.items()}
+    straggler_fitted = {system: fits_straggler(rows, terms) for system, rows in declared.items()}
     out = []
     for run in runs:
         hw = hardware_with_fit(run, fits)

@@ -92,6 +92,12 @@ def _layout_line(lay: dict[str, Any]) -> str:
             f"{lay['dp_mode']}")
 
 
+def _memory_kinds(result: dict[str, Any]) -> str:
+    """A result's fullest stage's GiB by kind, those it holds."""
+    return ", ".join(f"{kind} {gib:.1f}" for kind, gib in
+                     result["memory_breakdown_gib"].items() if gib)
+
+
 def as_text(result: dict[str, Any]) -> str:
     """A what-if result as a short table for the terminal."""
     lines = [f"{result['system']} on {result['gpu']}: {_layout_line(result['layout'])}, "
@@ -108,8 +114,7 @@ def as_text(result: dict[str, Any]) -> str:
                 f"{result['memory_by_stage_gib'][-1]:.1f})"
                 if len(result["memory_by_stage_gib"]) > 1 else "")
              + ("" if result["fits"] else "  DOES NOT FIT"),
-             "  " + ", ".join(f"{kind} {gib:.1f}" for kind, gib in
-                              result["memory_breakdown_gib"].items() if gib)]
+             f"  {_memory_kinds(result)}"]
     total = result["iteration_time_s"]
     for name, seconds in result["breakdown_s"].items():
         lines.append(f"  {name.removesuffix('_s'):14s} {seconds:8.3f} s  "
@@ -124,18 +129,17 @@ def search_as_text(report: dict[str, Any]) -> str:
              f"{report['fitted_on']})",
              f"{report['layouts_considered']} layouts, {report['layouts_too_big']} do not fit "
              f"in memory, {report['layouts_ranked']} ranked"
-             + ("; the fastest:" if report["top"] else ""),
-             f"{'#':>3} {'time s':>8} {'MFU %':>6} {'GiB':>6}  layout"]
+             + ("; the fastest:" if report["top"] else "")]
+    lean = report.get("leanest_too_big")
+    if lean:
+        lines.append(f"none fits: the layout needing the least memory, "
+                     f"{_layout_line(lean['layout'])}, needs {lean['memory_gib']:.1f} GiB of "
+                     f"the {lean['memory_capacity_gib']:.1f} usable on stage "
+                     f"{lean['memory_stage']} ({_memory_kinds(lean)}); more GPUs, or a GPU with "
+                     "more memory, would fit")
+    if report["top"]:
+        lines.append(f"{'#':>3} {'time s':>8} {'MFU %':>6} {'GiB':>6}  layout")
     for i, r in enumerate(report["top"], start=1):
         lines.append(f"{i:>3} {r['iteration_time_s']:8.3f} {r['mfu_percent']:6.1f} "
                      f"{r['memory_gib']:6.1f}  {_layout_line(r['layout'])}")
-    lean = report.get("leanest_too_big")
-    if lean:
-        lines[-1] = (f"none fits: the layout needing the least memory, "
-                     f"{_layout_line(lean['layout'])}, needs {lean['memory_gib']:.1f} GiB of "
-                     f"the {lean['memory_capacity_gib']:.1f} usable on stage "
-                     f"{lean['memory_stage']} ("
-                     + ", ".join(f"{kind} {gib:.1f}" for kind, gib in
-                                 lean["memory_breakdown_gib"].items() if gib)
-                     + "); more GPUs, or a GPU with more memory, would fit")
     return "\n".join(lines)
