@@ -75,6 +75,28 @@ def test_all_failed_still_renders(tmp_path):
     assert "no GPU" in html and "unavailable" in html
 
 
+def test_each_row_names_the_weights_its_gate_ran_with_and_the_report_counts_the_old_ones(
+        tmp_path):
+    """A record gated with the drawn weights says their version; one of the same gate without
+    it was gated against HF's own initialization (version 1), and the report says how many
+    such rows a machine has; another gate's record (a kernel's) has none."""
+    from suite.measure.correctness import REFERENCE
+    from suite.models import WEIGHTS
+
+    new, old, kernel = (record("torch-eager", n, [0.01, 0.011]) for n in (64, 128, 256))
+    new.correctness = {"passed": True, "max_abs_err": 1e-6, "reference": REFERENCE,
+                       "weights": WEIGHTS.as_dict()}
+    old.correctness = {"passed": True, "max_abs_err": 1e-6, "reference": REFERENCE}
+    kernel.correctness = {"passed": True, "max_abs_err": 1e-6,
+                          "reference": "float64 torch attention"}
+    df = tidy_table(write_all(tmp_path, [new, old, kernel])).set_index("max_seq_len")
+    assert df.gate_weights[64] == WEIGHTS.version == 2
+    assert df.gate_weights[128] == 1 and pd.isna(df.gate_weights[256])
+    section = report_section(tmp_path, "bert_varlen", df.reset_index())
+    html = render_report([section], tmp_path / "index.html").read_text()
+    assert "Rows gated before version 2" in html and "test-machine 1;" in html
+
+
 def test_roofline_panel_draws_a_line_per_library_and_the_known_theoretical_peak(tmp_path):
     import matplotlib.pyplot as plt
 

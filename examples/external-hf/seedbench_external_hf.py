@@ -6,9 +6,10 @@ hidden state as .npy and prints one JSON line. This one runs HF transformers (pa
 the suite's tests can exercise the protocol end to end; a FasterTransformer or ByteTransformer
 adapter replaces ``load`` and ``forward`` (see docs/external-baselines.md).
 
-Usage: seedbench_external_hf.py [--wrong] REQUEST.json
-``--wrong`` perturbs the output, to show that the suite's correctness gate catches a wrong
-program.
+Usage: seedbench_external_hf.py [--mutate NAME] REQUEST.json
+``--mutate NAME`` maps one weight wrongly, as a buggy adapter would (a bias dropped, Q and K
+swapped, ...: the catalogue of ``suite/measure/mutations.py``), to show that the suite's
+correctness gate catches it. An adapter of your own leaves it out.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def reply(**fields) -> None:
 
 
 def main(argv: list[str]) -> int:
-    wrong = "--wrong" in argv
+    mutation = argv[argv.index("--mutate") + 1] if "--mutate" in argv else None
     request = json.loads(open(argv[-1]).read())
     if request.get("protocol") != PROTOCOL:
         reply(status="failed", reason=f"unknown protocol {request.get('protocol')!r}")
@@ -42,6 +43,10 @@ def main(argv: list[str]) -> int:
 
     torch.set_num_threads(int(request["threads"]))
     model = AutoModel.from_pretrained(request["model_dir"], attn_implementation="eager").eval()
+    if mutation:
+        from suite.measure.mutations import mutate
+
+        model = mutate(model, mutation)
     batch = {k: torch.tensor(request["batch"][k]) for k in ("input_ids", "attention_mask")}
     if getattr(model.config, "type_vocab_size", 0) > 0:
         batch["token_type_ids"] = torch.tensor(request["batch"]["token_type_ids"])
@@ -61,10 +66,7 @@ def main(argv: list[str]) -> int:
         t0 = time.perf_counter()
         out = forward()
         samples.append(time.perf_counter() - t0)
-    result = out.float().numpy()
-    if wrong:
-        result = result + 0.1
-    np.save(request["output_path"], result.astype(np.float32))
+    np.save(request["output_path"], out.float().numpy())
     reply(status="ok", samples_s=samples,
           details={"padding_free": False, "framework": "transformers (eager, padded)",
                    "torch": torch.__version__})

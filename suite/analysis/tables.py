@@ -13,6 +13,7 @@ import pandas as pd
 
 from suite.measure.load import noise_columns
 from suite.records import Record, read_record
+from suite.measure.correctness import weights_version
 from suite.measure.stats import ratio_of_medians_ci
 
 # Records that share these are the same workload point; speedups pair records across systems.
@@ -48,6 +49,7 @@ def record_row(rec: Record, path: Path | None = None) -> dict:
         "peak_note": d.get("peak_note"),
         "min_gbytes_per_s": d["min_bytes_per_s"] / 1e9 if "min_bytes_per_s" in d else None,
         "max_abs_err": c.get("max_abs_err"), "max_rel_err": c.get("max_rel_err"),
+        "gate_weights": weights_version(c),
         "threads": rec.timing.get("threads"), "device": rec.timing.get("device"),
         "git_commit": rec.env.get("git", {}).get("commit"), "created_at": rec.created_at,
         "record": str(path) if path else None,

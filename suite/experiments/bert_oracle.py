@@ -30,10 +30,10 @@ from typing import Any, Callable
 import torch
 
 from suite.config import BertVarlenConfig
-from suite.models import hf_inputs
+from suite.models import WEIGHTS, hf_inputs
 from suite.workloads import BertBatch, bert_batch, varlen_lengths
 
-FORMAT = 1
+FORMAT = 2  # 2: the weights' scheme in the fingerprint
 
 
 def fingerprint(cfg: BertVarlenConfig, distribution: str, model_kind: str,
@@ -46,7 +46,8 @@ def fingerprint(cfg: BertVarlenConfig, distribution: str, model_kind: str,
         inputs.update(t.contiguous().cpu().numpy().tobytes())
     with torch.no_grad():  # equal code and versions build equal weights: bit-equal sums
         weights = sum(float(p.sum(dtype=torch.float64)) for p in model.parameters())
-    return {"format": FORMAT, "model": model_kind, "dims": asdict(cfg.model),
+    return {"format": FORMAT, "weights": WEIGHTS.as_dict(), "model": model_kind,
+            "dims": asdict(cfg.model),
             "max_position": cfg.max_len, "seed": cfg.seed, "distribution": distribution,
             "lengths": list(lengths), "max_seq_len": int(batch.input_ids.shape[1]),
             "inputs_sha256": inputs.hexdigest(), "weights_sum": weights,

@@ -20,6 +20,7 @@ import jinja2
 import pandas as pd
 
 from suite.measure.correctness import REFERENCE, TOLERANCE
+from suite.models import WEIGHTS
 from suite.measure.load import NOISY_CV, NOISY_OTHER_CPUS
 from suite.analysis.tidy import read_table
 from suite.experiments.registry import SPECS, ExperimentSpec
@@ -108,7 +109,8 @@ def render_report(sections: list[Section], out: Path, *, machines: list[Machine]
         config_text=Path(config_path).read_text() if config_path else None,
         timing=next((a["provenance"]["timing"] for k, a in analyses.items()
                      if k[0] == first and a.get("provenance", {}).get("timing")), {}),
-        reference=REFERENCE, tolerance=TOLERANCE,
+        reference=REFERENCE, tolerance=TOLERANCE, weights=WEIGHTS.as_dict(),
+        gated_before_weights=_gated_before_weights(frames, by_path),
         noise_thresholds={"cv": NOISY_CV, "other_cpus": NOISY_OTHER_CPUS},
         peaks=[(m.label, peaks[m.path]) for m in machines],
     )
@@ -216,6 +218,19 @@ def section_table(spec: ExperimentSpec, table: pd.DataFrame) -> dict[str, Any]:
     rows = [_clean(r) for r in ok.to_dict("records")]
     return {"header": [name for name, _ in columns],
             "cells": [[cell(r) for _, cell in columns] for r in rows]}
+
+
+def _gated_before_weights(frames: dict[tuple[str, str], pd.DataFrame],
+                           by_path: dict[str, Machine]) -> list[tuple[str, int]]:
+    """Per machine, how many of its rows were gated against HF's own initialization (weights
+    version 1, blind to biases and norms): their timings stand, their gate was weaker."""
+    counts: dict[str, int] = {}
+    for (path, _), df in frames.items():
+        if "gate_weights" in df:
+            n = int((pd.to_numeric(df.gate_weights, errors="coerce") == 1).sum())
+            if n:
+                counts[by_path[path].label] = counts.get(by_path[path].label, 0) + n
+    return sorted(counts.items())
 
 
 def _spec(name: str) -> ExperimentSpec:
