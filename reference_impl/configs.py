@@ -48,7 +48,7 @@ class GPTConfig:
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout={self.dropout!r} must be in [0, 1)")
         if self.n_embd % self.n_head:
-            raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
+            raise ValueError(f"n_embd={self.n_embd} must be a multiple of n_head={self.n_head}")
         if self.n_head % self.kv_heads:
             divisors = [d for d in range(1, self.n_head + 1) if self.n_head % d == 0]
             raise ValueError(f"n_kv_head={self.n_kv_head} must divide n_head={self.n_head} "

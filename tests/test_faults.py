@@ -594,7 +594,7 @@ def test_a_point_timed_beside_a_cpu_hog_is_marked_noisy_and_listed_for_a_rerun(
 
 # --- bad config -------------------------------------------------------------------------------
 
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import HealthCheck, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 QUICK = yaml.safe_load((ROOT / "workflows" / "config" / "quick.yaml").read_text())
@@ -645,6 +645,10 @@ def _parse_time(config: dict) -> None:
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(path=st.sampled_from(PATHS), op=st.sampled_from(["set", "delete", "add-unknown"]),
        value=VALUES)
+@example(path=("pma", "headline", "interval"), op="set", value=10**7)  # a cross-field rule
+@example(path=("bert_varlen", "timing", "warmup"), op="delete", value=None)
+@example(path=("bert_varlen", "timing"), op="add-unknown", value=3)
+@example(path=("llm", "sizes", "gpt-tiny"), op="delete", value=None)  # a rule names it
 def test_any_config_is_valid_or_one_error_naming_key_value_and_what_is_allowed(path, op, value):
     """Property over the schema: a config with one key set to anything, removed, or joined by
     an unknown key either plans, or stops with ConfigError naming the key path (or, for an
@@ -670,13 +674,43 @@ def test_any_config_is_valid_or_one_error_naming_key_value_and_what_is_allowed(p
     try:
         _parse_time(config)
     except ConfigError as e:
-        message = str(e.args[0])
-        lines = message.splitlines()
-        if lines[0] == "invalid config:":  # the schema's errors: one line per bad key
-            lines = lines[1:]
-            assert lines and all(line.startswith(f"  {path[0]}") for line in lines), message
-        else:  # a rule the schema cannot state (divisibility, a grid longer than the run)
-            assert len(lines) == 1 and lines[0].startswith(path[0]), message
+        _names_key_value_and_what_is_allowed(str(e.args[0]), path, op, value)
+
+
+# What a rule's message says is allowed, in the words the rules use
+ALLOWED_WORDS = ("must", "valid", "allowed", "one of", "not among", "registered", "has [", "need")
+
+
+def _reprs(value) -> set[str]:
+    """How a message can name ``value``: its repr or str, or those of any part of it (the schema
+    names the innermost bad element of a list or mapping, or a mapping's unknown key)."""
+    out = {repr(value), str(value)}
+    for part in ([*value, *value.values()] if isinstance(value, dict) else
+                 value if isinstance(value, list) else ()):
+        out |= _reprs(part)
+    return out
+
+
+def _names_key_value_and_what_is_allowed(message: str, path: tuple, op: str, value) -> None:
+    """The message of a config changed at ``path`` by ``op``: the key (for a deleted key, its
+    parent's line says which is missing), the value that was set, and what is allowed.
+    Mutations tried: a rule's message without its key (pma.headline once named its
+    ``interval`` only by value), the schema's line without ``allowed:``, without the value."""
+    key = ".".join(path)
+    lines = message.splitlines()
+    if lines[0] == "invalid config:":  # the schema's errors: one line per bad key
+        lines = lines[1:]
+        where = key if op != "delete" else ".".join(path[:-1]) or "<top level>"
+        assert lines and all(line.startswith(f"  {path[0]}") for line in lines), message
+        assert any(line.startswith(f"  {where}") for line in lines), (where, message)
+        assert all("allowed" in line for line in lines), message
+    else:  # a rule the schema cannot state (divisibility, a grid longer than the run)
+        assert len(lines) == 1 and lines[0].startswith(path[0]), message
+        assert any(word in message for word in ALLOWED_WORDS), message
+    named = "zz_unknown" if op == "add-unknown" else path[-1]
+    assert named in message, (named, message)
+    if op == "set":
+        assert any(r in message for r in _reprs(value)), (value, message)
 
 
 # --- trust boundaries -------------------------------------------------------------------------

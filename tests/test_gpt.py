@@ -83,6 +83,71 @@ def test_config_errors_name_the_bad_value(field, value, valid):
     assert valid in str(err.value)
 
 
+def _rope_by_complex_rotation(x: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
+    """RoPE written directly: pair ``(i, i + d/2)`` of ``x (B, H, T, d)`` is the complex number
+    ``x_i + j x_{i+d/2}``, turned by ``position * base^(-2i/d)`` radians (float64)."""
+    T, d = x.shape[-2], x.shape[-1]
+    z = torch.complex(x[..., : d // 2], x[..., d // 2:])
+    theta = torch.outer(torch.arange(T, dtype=torch.float64),
+                        base ** (-2.0 * torch.arange(d // 2, dtype=torch.float64) / d))
+    z = z * torch.polar(torch.ones_like(theta), theta)
+    return torch.cat([z.real, z.imag], dim=-1)
+
+
+def _attention_by_formula(attn, x: torch.Tensor, rope: bool) -> torch.Tensor:
+    """Causal multi-head (grouped) attention of ``attn``'s weights, one head at a time: what
+    ``CausalSelfAttention`` should compute, written without any of its helpers."""
+    H, Hkv, d = attn.n_head, attn.n_kv_head, attn.head_dim
+    q, k, v = F.linear(x, attn.qkv.weight, attn.qkv.bias).split([H * d, Hkv * d, Hkv * d], -1)
+    B, T, _ = x.shape
+    q, k, v = (t.view(B, T, -1, d).transpose(1, 2) for t in (q, k, v))
+    if rope:
+        q, k = _rope_by_complex_rotation(q), _rope_by_complex_rotation(k)  # never v
+    heads = []
+    for h in range(H):
+        kv = h // (H // Hkv)  # query head h reads key/value head h // group
+        scores = q[:, h] @ k[:, kv].transpose(-2, -1) / math.sqrt(d)
+        scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        heads.append(torch.softmax(scores, dim=-1) @ v[:, kv])
+    return F.linear(torch.cat(heads, dim=-1), attn.proj.weight, attn.proj.bias)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("rope, n_kv_head", [(True, None), (True, 2), (False, 2)])
+def test_attention_matches_a_direct_formula_with_rope_as_a_complex_rotation(fused, rope,
+                                                                             n_kv_head):
+    """Float64 (RoPE's angles are fp32 by design: 1e-5). The fused and unfused paths share
+    ``rope_cos_sin`` / ``apply_rope``, so only an independent formula can tell them wrong.
+    Mutations tried: the angle's sign flipped (sin -> -sin), RoPE applied to v as well, the
+    pairs taken as adjacent (2i, 2i+1) instead of (i, i + d/2); each fails by over 0.1."""
+    model = _model(fused=fused, rope=rope, n_kv_head=n_kv_head).double()
+    attn = model.blocks[0].attn
+    x = torch.randn(2, 12, TINY["n_embd"], dtype=torch.float64,
+                    generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        torch.testing.assert_close(attn(x), _attention_by_formula(attn, x, rope),
+                                   rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_swiglu_is_the_three_matrix_formula(fused):
+    """``down(silu(x W_gate) * (x W_up))`` with silu(g) = g / (1 + e^-g), the gate being the
+    first half of ``up``'s rows, at float64. Mutations tried: gate and up swapped, sigmoid in
+    place of silu; each fails."""
+    model = _model(fused=fused, mlp="swiglu").double()
+    mlp, h = model.blocks[0].mlp, model.config.ffn_hidden
+    g = torch.Generator().manual_seed(4)
+    with torch.no_grad():
+        for p in mlp.parameters():  # biases off zero, so a dropped bias shows
+            p.add_(0.1 * torch.randn(p.shape, dtype=p.dtype, generator=g))
+        w_gate, w_up = mlp.up.weight[:h], mlp.up.weight[h:]
+        b_gate, b_up = mlp.up.bias[:h], mlp.up.bias[h:]
+        x = torch.randn(2, 12, TINY["n_embd"], dtype=torch.float64, generator=g)
+        gate, up = x @ w_gate.T + b_gate, x @ w_up.T + b_up
+        expected = (gate / (1 + torch.exp(-gate)) * up) @ mlp.down.weight.T + mlp.down.bias
+        torch.testing.assert_close(mlp(x), expected, rtol=1e-10, atol=1e-10)
+
+
 def test_rope_needs_even_head_dim():
     with pytest.raises(ValueError, match="even head_dim"):
         GPTConfig(**{**TINY, "n_embd": 12, "n_head": 4, "rope": True})
@@ -196,11 +261,29 @@ def test_triton_epilogues_match_torch(monkeypatch):
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
+class _OnCuda:
+    """A stand-in for a CUDA tensor (the rule reads only ``is_cuda`` and ``requires_grad``):
+    on a CPU-only machine the GPU branch of the rule is otherwise never taken."""
+    is_cuda = True
+
+    def __init__(self, requires_grad: bool):
+        self.requires_grad = requires_grad
+
+
 def test_epilogue_backend_never_picks_the_interpreter_nor_a_kernel_without_backward():
-    w = torch.ones(4, requires_grad=True)
-    assert gpt_module._epilogue_backend(torch.ones(4), w) == "torch"
+    """On CUDA the Triton epilogue, except while autograd records through any operand (it has
+    no backward: GPU training would lose its gradients); on CPU always torch. Mutations tried:
+    the autograd clause deleted (Triton under autograd), ``is_cuda`` ignored (Triton on CPU)."""
+    x, w = _OnCuda(requires_grad=False), _OnCuda(requires_grad=True)
+    assert gpt_module._epilogue_backend(x, w) == "torch"  # training: the torch form
+    assert gpt_module._epilogue_backend(w, x) == "torch"  # whichever operand records
+    assert gpt_module._epilogue_backend(x, _OnCuda(requires_grad=False)) == "triton"
     with torch.no_grad():
-        assert gpt_module._epilogue_backend(torch.ones(4), w) == "torch"  # CPU
+        assert gpt_module._epilogue_backend(x, w) == "triton"  # inference on a GPU
+    cpu = torch.ones(4)
+    assert gpt_module._epilogue_backend(cpu, torch.ones(4, requires_grad=True)) == "torch"
+    with torch.no_grad():
+        assert gpt_module._epilogue_backend(cpu, cpu) == "torch"  # never the interpreter
 
 
 @pytest.mark.parametrize("fused", [True, False])

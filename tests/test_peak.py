@@ -4,7 +4,7 @@ import json
 import pytest
 import torch
 
-from suite.peak import datasheet_peak, peak_report
+from suite.peak import datasheet_peak, libraries, peak_report
 from suite.peak.libraries import CPU_LIBRARIES, isa_of, measure_library, parse_verbose
 from suite.peak.schema import SCHEMA_VERSION, efficiency, read_peak
 
@@ -33,6 +33,56 @@ TINY = dict(sizes=[128], repeats=1, min_time_s=0.02, threads=1)
 
 def _installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
+
+
+class _Clock:
+    """A stand-in for ``time.perf_counter`` that moves only when a stand-in GEMM runs."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_peak_is_2_n_cubed_per_call_over_the_elapsed_time(monkeypatch):
+    """The denominator of every "% of measured peak": a stand-in library whose n x n x n
+    product takes exactly 2 n^3 / rate seconds on a stubbed clock must measure that rate at
+    every size, and the best size must win. Mutations tried: n**2 for n**3, the factor 2
+    dropped, the calls not counted, min for max over rounds or sizes; each fails."""
+    clock = _Clock()
+    rates = {64: 5e9, 128: 8e9, 256: 6e9}  # FLOP/s of each size (the middle one is best)
+
+    def fake(dtype, n, threads):
+        def call():
+            clock.now += 2 * n**3 / rates[n]
+        return call
+
+    monkeypatch.setattr(libraries.time, "perf_counter", clock)
+    monkeypatch.setitem(libraries.FACTORIES, "stand-in", fake)
+    got = libraries.time_library("stand-in", "fp32", sizes=list(rates), repeats=3,
+                                 min_time_s=0.01, threads=1)
+    for entry in got["per_size"]:
+        assert entry["flops_per_s"] == pytest.approx(rates[entry["size"]], rel=1e-9)
+        assert len(entry["samples"]) == 3
+    assert (got["size"], got["flops_per_s"]) == (128, pytest.approx(8e9, rel=1e-9))
+
+
+def test_the_best_round_of_a_size_is_its_rate(monkeypatch):
+    """Rounds of one size at different speeds (a noisy machine): the best is the rate."""
+    clock, seconds = _Clock(), iter([0.02, 0.01, 0.04, 0.04])  # warm-up, then three rounds
+
+    def fake(dtype, n, threads):
+        def call():
+            clock.now += next(seconds)
+        return call
+
+    monkeypatch.setattr(libraries.time, "perf_counter", clock)
+    monkeypatch.setitem(libraries.FACTORIES, "stand-in", fake)
+    got = libraries.time_library("stand-in", "fp32", sizes=[100], repeats=3, min_time_s=0.005,
+                                 threads=1)
+    assert got["per_size"][0]["samples"] == pytest.approx([2e6 / 0.01, 2e6 / 0.04, 2e6 / 0.04])
+    assert got["flops_per_s"] == pytest.approx(2e6 / 0.01)
 
 
 @pytest.mark.parametrize("library", CPU_LIBRARIES)

@@ -182,7 +182,8 @@ def _pma_section(**kw):
 
 @pytest.mark.parametrize("change, match", [
     ({"checkpoint_every": 5}, "steps=12 must be a multiple of pma.checkpoint_every=5"),
-    ({"headline": {"method": "sma", "n": 7, "interval": 1}}, "span 12 steps; the run has 12"),
+    ({"headline": {"method": "sma", "n": 7, "interval": 1}},
+     r"interval=1 .* span 12 steps; they must span fewer than the run's 12"),
     ({"methods": ["ema"]}, r"pma.methods.0: 'ema' is not allowed .*sma, wma or ema:ALPHA"),
     ({"methods": ["ema:1.5"]}, r"alpha must be in \(0, 1\]"),
     ({"decay": {"steps": [3]}}, "pma.decay.steps: 3 must be a multiple of checkpoint_every=2"),

@@ -104,3 +104,54 @@ def test_bad_policy_is_named():
         TimingPolicy(min_repeats=0)
     with pytest.raises(ValueError, match="min_time_s must be >= 0"):
         TimingPolicy(min_time_s=-1)
+
+
+class _Device:
+    """A stand-in GPU: a clock that only the queued work moves, and a log of what happened."""
+
+    def __init__(self):
+        self.clock_ms, self.log = 0.0, []
+
+    def event_class(self):
+        device = self
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                assert enable_timing, "an Event made without timing cannot be timed"
+                self.at, self.done = None, False
+
+            def record(self):
+                self.at = device.clock_ms
+                device.log.append("record")
+
+            def synchronize(self):
+                self.done = True
+                device.log.append("event.synchronize")
+
+            def elapsed_time(self, end):  # milliseconds, as CUDA's; only once end completed
+                assert end.done, "elapsed_time before the end event completed"
+                return end.at - self.at
+        return Event
+
+
+def test_on_cuda_each_sample_is_the_events_elapsed_time_in_seconds(monkeypatch):
+    """The GPU path, on a stand-in Event and synchronize (no GPU here): events recorded around
+    each call, the end event waited for before it is read, milliseconds turned into seconds,
+    and the queue drained once after the warm-up. Mutations tried: ``/ 1e3`` dropped, the
+    start event recorded after the call, ``end.synchronize()`` removed, the warm-up's
+    synchronize removed; each fails."""
+    gpu = _Device()
+    durations = iter([5.0, 2.0, 3.0, 4.0, 2.5, 9.9, 9.9])  # ms: one warm-up, then samples
+
+    def call():
+        gpu.log.append("call")
+        gpu.clock_ms += next(durations)
+
+    monkeypatch.setattr(torch.cuda, "Event", gpu.event_class())
+    monkeypatch.setattr(torch.cuda, "synchronize",
+                        lambda device=None: gpu.log.append(f"synchronize {device}"))
+    policy = TimingPolicy(warmup=1, min_repeats=4, min_time_s=0.0, max_repeats=4)
+    samples = measure(call, torch.device("cuda"), policy)
+    assert samples == pytest.approx([0.002, 0.003, 0.004, 0.0025])
+    assert gpu.log[:2] == ["call", "synchronize cuda"]  # warm-up drained before timing
+    assert gpu.log[2:] == ["record", "call", "record", "event.synchronize"] * 4

@@ -115,7 +115,7 @@ def test_train_config_defaults_and_round_trip():
     ({"compile": "yes"}, r"compile='yes' must be true or false"),
     ({"seq_len": 64, "model": {"block_size": 32}}, r"seq_len=64 exceeds model.block_size=32"),
     ({"model": {"dropout": 0.1}}, r"model: unknown key\(s\) \['dropout'\]"),
-    ({"model": {"n_head": 3}}, r"n_embd=64 is not divisible by n_head=3"),
+    ({"model": {"n_head": 3}}, r"n_embd=64 must be a multiple of n_head=3"),
     ({"model": {"vocab_size": 100}, "data": "text"}, r"vocab_size=100 < 256"),
 ])
 def test_train_config_errors_name_the_bad_value(change, match):

@@ -177,8 +177,9 @@ def check_section(pma: dict[str, Any]) -> PretrainConfig:
     parse_method(h["method"])
     span = (h["n"] - 1) * h["interval"] * v0
     if span >= steps:
-        raise ConfigError(f"pma.headline: N={h['n']} checkpoints {h['interval']} x "
-                          f"{v0} steps apart span {span} steps; the run has {steps}")
+        raise ConfigError(f"pma.headline: n={h['n']} checkpoints interval={h['interval']} x "
+                          f"checkpoint_every={v0} steps apart span {span} steps; they must "
+                          f"span fewer than the run's {steps} (pma.train.steps)")
     for d in pma["decay"]["steps"]:
         if d % v0 or steps - d < max(cfg.warmup_steps, v0):
             raise ConfigError(f"pma.decay.steps: {d} must be a multiple of checkpoint_every={v0} "
@@ -187,6 +188,7 @@ def check_section(pma: dict[str, Any]) -> PretrainConfig:
                               f"(the fork leaves the run at step steps - d; steps={steps})")
     if pma["spike"]["enabled"] and pma["spike"]["checkpoints"] * v0 > steps:
         raise ConfigError(f"pma.spike.checkpoints={pma['spike']['checkpoints']} needs "
-                          f"{pma['spike']['checkpoints'] * v0} steps of checkpoints; the run "
-                          f"has {steps}")
+                          f"{pma['spike']['checkpoints'] * v0} steps of checkpoints "
+                          f"(checkpoint_every={v0}); the run has {steps}: it must be at most "
+                          f"{steps // v0}")
     return cfg
