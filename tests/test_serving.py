@@ -8,8 +8,10 @@ import sys
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from scipy import stats
@@ -174,6 +176,56 @@ def test_the_search_brackets_the_knee_of_a_known_system(tmp_path):
     lo, hi = found.bracket
     assert lo == found.best_qps and hi is not None and hi > lo
     assert all(t.valid == (t.qps <= lo) for t in found.trials)
+
+
+def test_one_noisy_invalid_run_does_not_cap_the_knee():
+    """A system VALID up to 1000 QPS whose first run at 707 misses its bound by chance: the
+    search retries the top of its final bracket, finds 707 VALID and goes on to the true knee
+    (it stopped at 632 when one INVALID run capped the answer). Mutation tried: no retry."""
+    first_at = set()
+
+    def trial(qps):
+        noisy = round(qps) == 707 and 707 not in first_at
+        first_at.add(round(qps))
+        return Trial(qps, qps <= 1000 and not noisy)
+
+    found = max_valid_qps(trial, 500, rel_tol=0.1, max_trials=12)
+    assert 1000 / 1.1 <= found.best_qps <= 1000, found.as_dict()
+    retried = [t for t in found.as_dict()["trials"] if t["attempt"] == 2]
+    assert retried and all(t["qps"] == pytest.approx(707.1, abs=0.1) or t["qps"] > 1000
+                           for t in retried)
+
+
+def test_the_top_of_the_final_bracket_is_confirmed_before_it_caps_the_answer():
+    """Run twice, last; every other load once."""
+    calls = []
+
+    def threshold(qps):
+        calls.append(qps)
+        return Trial(qps, qps <= 300)
+
+    found = max_valid_qps(threshold, 100, rel_tol=0.05, max_trials=14)
+    top = found.bracket[1]
+    assert calls.count(top) == 2 and calls[-1] == top
+    assert len(set(calls)) == len(calls) - 1
+    assert [t["attempt"] for t in found.as_dict()["trials"]] == [1] * (len(calls) - 1) + [2]
+
+
+def test_a_server_trial_issues_the_same_query_count_at_any_load(tmp_path):
+    """Every Server trial issues exactly min_queries queries, a slow system's and a fast one's
+    alike: LoadGen's early stopping tolerates more late queries in a longer run, so a count
+    that grew with the offered load tested a slower system more strictly."""
+    from suite.serving.point import ServingPlan, measure
+
+    systems, _, _ = _tiny_systems(["packed-reference"])
+    plan = ServingPlan("Server", latency_bound_s=0.5, min_duration_s=5.0, min_queries=120,
+                       max_trials=2, rel_tol=0.3)
+    server = measure(systems["packed-reference"], plan, tmp_path / "server")
+    for t in server["search"]["trials"]:
+        detail = (Path(t["logs"]) / "mlperf_log_detail.txt").read_text()
+        for key in ("generated_query_count", "result_query_count"):  # LoadGen's own log keys
+            found = re.search(rf'"key": "{key}", "value": (\d+)', detail)
+            assert found and int(found.group(1)) == 120, (key, detail[-2000:])
 
 
 def test_the_search_logic_on_a_threshold():
@@ -536,9 +588,10 @@ def test_the_table_step_pairs_repeats_into_claims_and_draws_the_knee(tmp_path):
         "padding-free packing's highest VALID Server QPS over padded-torch-eager's, at the same "
         "p99 bound")
     ratios = [server["packed-reference", k] / server["padded-torch-eager", k] for k in (0, 1)]
-    assert claims.measured[0] == pytest.approx(sum(ratios) / 2)
-    # the verdict of that mean's 95% t-interval (scipy's) against 1: the claim's rule exactly
-    low, high = stats.t.interval(0.95, 1, loc=np.mean(ratios), scale=stats.sem(ratios))
+    assert claims.measured[0] == pytest.approx(np.sqrt(ratios[0] * ratios[1]))  # geometric
+    # the verdict of the log-ratios' 95% t-interval (scipy's) against 1: the claim's rule exactly
+    logs = np.log(ratios)
+    low, high = np.exp(stats.t.interval(0.95, 1, loc=logs.mean(), scale=stats.sem(logs)))
     assert (claims.ci_low[0], claims.ci_high[0]) == (pytest.approx(low), pytest.approx(high))
     assert claims.verdict[0] == ("reproduced" if low > 1 else
                                  "not reproduced" if high < 1 else "inconclusive")
@@ -552,6 +605,44 @@ def test_the_table_step_pairs_repeats_into_claims_and_draws_the_knee(tmp_path):
     (svg,) = serving_figure(FigureData(table, {}, curves), tmp_path / "fig")
     assert svg.stat().st_size > 10_000 and "p99 bound 100 ms" in svg.read_text()
     assert f"{offline:.2f} tokens / valid (Offline)" in svg.read_text()
+
+
+def _summary_row(system, repeat, scenario, status="ok", valid=True, reasons="", **values):
+    from suite.analysis.serving_analysis import TABLE_COLUMNS
+
+    row = {**dict.fromkeys(TABLE_COLUMNS), "system": system, "repeat": repeat,
+           "scenario": scenario, "status": status, "valid": valid, "loadgen_reasons": reasons,
+           "reason": "" if status == "ok" else "out of memory", **values}
+    return row
+
+
+def test_claims_pair_valid_runs_only_average_log_ratios_and_name_what_they_left_out():
+    """An INVALID run's number never enters a ratio (Offline's min-duration INVALID did), a
+    failed or unpaired repeat is named in the note, and ratios are averaged as logs (2x and
+    0.5x are 1x, not 1.25x). Mutations tried: INVALID rows kept, a plain mean; each fails."""
+    from suite.analysis.serving_analysis import claims
+
+    ours, theirs = "packed-reference", "padded-torch-eager"
+    table = pd.DataFrame([
+        _summary_row(ours, 0, "Server", max_valid_qps=200.0),
+        _summary_row(ours, 1, "Server", max_valid_qps=100.0),
+        _summary_row(ours, 2, "Server", max_valid_qps=300.0),
+        _summary_row(ours, 3, "Server", max_valid_qps=300.0),
+        _summary_row(theirs, 0, "Server", max_valid_qps=100.0),  # 2x
+        _summary_row(theirs, 1, "Server", max_valid_qps=200.0),  # 0.5x
+        _summary_row(theirs, 2, "Server", valid=False, reasons="Early stopping satisfied",
+                     max_valid_qps=50.0),
+        {**_summary_row(theirs, 3, None, status="failed"), "scenario": None},
+        _summary_row(ours, 0, "Offline", valid=False, reasons="Min duration satisfied",
+                     samples_per_s=900.0),
+        _summary_row(theirs, 0, "Offline", samples_per_s=300.0)])
+    server, offline = claims(table).set_index("claim").iloc[[0, 1]].to_dict("records")
+    assert server["n"] == 2 and server["measured"] == pytest.approx(1.0)
+    assert server["verdict"] == "inconclusive" and server["ci_low"] > 0
+    assert ("left out: padded-torch-eager repeat 2: INVALID (Early stopping satisfied); "
+            "padded-torch-eager repeat 3: failed (out of memory)") in server["note"]
+    assert offline["verdict"] == "not tested" and offline["n"] == 0
+    assert "packed-reference repeat 0: INVALID (Min duration satisfied)" in offline["note"]
 
 
 def test_every_system_in_the_figure_gets_a_color_of_its_own():

@@ -2,9 +2,11 @@
 latency-vs-offered-load curves (one row per Server trial) and the measured claims.
 
 Claims pair the padding-free system with each padded or bucketed one by repeat (the same
-LoadGen seeds): per repeat the ratio of the Server's highest VALID offered load, of Offline
-samples/s, and of the SingleStream p90 latency (theirs over ours); the claim's value is the mean
-ratio with its t-interval over repeats, reproduced when the whole interval lies above 1.
+LoadGen seeds), VALID runs only: per repeat the ratio of the Server's highest VALID offered
+load, of Offline samples/s, and of the SingleStream p90 latency (theirs over ours); the claim's
+value is the geometric mean of the ratios with the t-interval of their logarithms over repeats,
+reproduced when the whole interval lies above 1. The note names every repeat left out and why
+(failed, INVALID, not run on the other side).
 
 Beside each ratio, its ceiling from work alone: the tokens the padded system computed per valid
 token in the same runs (its batches padded to their longest request). Where time grows with
@@ -21,7 +23,7 @@ from typing import Any
 import pandas as pd
 
 from suite.analysis.tables import read_checked
-from suite.analysis.verdicts import CLAIM_COLUMNS, claim, not_tested
+from suite.analysis.verdicts import CLAIM_COLUMNS, not_tested, ratio_claim
 from suite.serving.config import PADDING_FREE
 
 PAPER = "ByteTransformer"
@@ -102,21 +104,46 @@ def read_runs(paths: Iterable[str | Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
     return table, curves
 
 
-def ratios(table: pd.DataFrame, scenario: str, other: str) -> list[float]:
+def ratios(table: pd.DataFrame, scenario: str, other: str) -> tuple[list[float], list[str]]:
     """Per repeat, the padding-free system over ``other`` on the scenario's metric (for a
-    latency, ``other`` over the padding-free system): above 1 means padding-free is better."""
+    latency, ``other`` over the padding-free system): above 1 means padding-free is better.
+    Only VALID runs pair, and only within a repeat (the same LoadGen seeds); the second list
+    says which repeats were left out and why."""
     column, _, sign = METRICS[scenario]
-    ok = table[(table.status == "ok") & (table.scenario == scenario)]
+    rows = table[(table.scenario == scenario) | table.scenario.isna()]
 
-    def by_repeat(system: str) -> dict[int, float]:
-        rows = ok[ok.system == system]
-        return {int(k): float(v) for k, v in zip(rows.repeat, rows[column]) if pd.notna(v)}
+    def usable(system: str) -> tuple[dict[int, float], list[str]]:
+        kept, dropped = {}, []
+        for r in rows[rows.system == system].to_dict("records"):
+            why = _unusable(r, column)
+            if why:
+                dropped.append(f"{system} repeat {r['repeat']}: {why}")
+            else:
+                kept[int(r["repeat"])] = float(r[column])
+        return kept, dropped
 
-    ours, theirs = by_repeat(PADDING_FREE), by_repeat(other)
+    (ours, dropped), (theirs, more) = usable(PADDING_FREE), usable(other)
+    dropped += more
+    for a, b, name in ((ours, theirs, other), (theirs, ours, PADDING_FREE)):
+        dropped += [f"{name} repeat {k}: not run" for k in sorted(set(a) - set(b))
+                    if not any(d.startswith(f"{name} repeat {k}:") for d in dropped)]
     common = sorted(set(ours) & set(theirs))
     if sign > 0:
-        return [ours[k] / theirs[k] for k in common if theirs[k] > 0]
-    return [theirs[k] / ours[k] for k in common if ours[k] > 0]
+        return [ours[k] / theirs[k] for k in common], dropped
+    return [theirs[k] / ours[k] for k in common], dropped
+
+
+def _unusable(row: dict[str, Any], column: str) -> str:
+    """Why a summary row cannot enter a ratio, or "" when it can."""
+    if row["status"] != "ok":
+        return f"{row['status']} ({row['reason']})" if row.get("reason") else row["status"]
+    if row.get("valid") is not True and row.get("valid") not in ("True", "true"):
+        reasons = row.get("loadgen_reasons")
+        return "INVALID" + (f" ({reasons})" if isinstance(reasons, str) and reasons else "")
+    value = pd.to_numeric(row.get(column), errors="coerce")
+    if pd.isna(value) or value <= 0:
+        return f"no {column}"
+    return ""
 
 
 def _ceiling(table: pd.DataFrame, scenario: str, other: str) -> str:
@@ -144,10 +171,12 @@ def claims(table: pd.DataFrame) -> pd.DataFrame:
                 rows.append(not_tested(PAPER, text, None, "x",
                                        f"{PADDING_FREE} is not among the systems run"))
                 continue
-            rows.append(claim(PAPER, text, None, ratios(table, scenario, other), sign=1,
-                              null=1.0, unit="x",
-                              note="the paper measures fixed batches only: no serving "
-                                   "number to set beside; paired by repeat (same LoadGen "
-                                   "seeds), 95% t-interval over repeats"
-                                   + _ceiling(table, scenario, other)))
+            values, dropped = ratios(table, scenario, other)
+            rows.append(ratio_claim(
+                PAPER, text, None, values, unit="x",
+                note="the paper measures fixed batches only: no serving number to set beside; "
+                     "VALID runs paired by repeat (same LoadGen seeds), geometric mean with "
+                     "the 95% t-interval of the log-ratios over repeats"
+                     + _ceiling(table, scenario, other)
+                     + (f"; left out: {'; '.join(dropped)}" if dropped else "")))
     return pd.DataFrame(rows, columns=CLAIM_COLUMNS)

@@ -10,6 +10,7 @@ this scale; the note says why). The size is not part of the verdict: the ``paper
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -45,6 +46,21 @@ def claim(paper: str, text: str, paper_value: Any, values: Sequence[float], *, s
             "ci_low": s["ci_low"], "ci_high": s["ci_high"], "n": s["n"], "unit": unit,
             "verdict": verdict(s["ci_low"], s["ci_high"], s["n"], sign=sign, null=null),
             "note": note}
+
+
+def ratio_claim(paper: str, text: str, paper_value: Any, ratios: Sequence[float], *,
+                unit: str = "x", note: str = "") -> dict[str, Any]:
+    """A claim that a ratio is above 1, measured as the geometric mean of per-repeat ratios
+    with the Student-t interval of their logarithms: ratios multiply, so a 2x and a 0.5x repeat
+    average to 1x, not the 1.25x a plain mean gives, and the interval cannot reach below 0."""
+    positive = [r for r in ratios if r is not None and math.isfinite(r) and r > 0]
+    if not positive:
+        return not_tested(paper, text, paper_value, unit, note or "no successful run measured it")
+    s = mean_ci([math.log(r) for r in positive])
+    low, high = math.exp(s["ci_low"]), math.exp(s["ci_high"])
+    return {"paper": paper, "claim": text, "paper_value": paper_value,
+            "measured": math.exp(s["mean"]), "ci_low": low, "ci_high": high, "n": s["n"],
+            "unit": unit, "verdict": verdict(low, high, s["n"], sign=1, null=1.0), "note": note}
 
 
 def not_tested(paper: str, text: str, paper_value: Any, unit: str, note: str) -> dict[str, Any]:

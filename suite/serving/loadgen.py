@@ -62,8 +62,9 @@ class RunSettings:
     def __post_init__(self) -> None:
         if self.scenario not in SCENARIOS:
             raise ValueError(f"scenario {self.scenario!r} is not one of {SCENARIOS}")
-        if self.target_qps <= 0 or self.latency_bound_s <= 0 or self.min_duration_s <= 0:
-            raise ValueError(f"target_qps, latency_bound_s, min_duration_s must be > 0: {self}")
+        if self.target_qps <= 0 or self.latency_bound_s <= 0 or self.min_duration_s < 0:
+            raise ValueError(f"target_qps, latency_bound_s must be > 0 and min_duration_s >= 0: "
+                             f"{self}")
 
     def loadgen(self):
         import mlperf_loadgen as lg
