@@ -23,6 +23,7 @@ encoder; ``DebertaV2Model`` (disentangled attention) has its own module in ``deb
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -31,7 +32,7 @@ from torch import nn
 from reference_impl.kernels import (add_bias_residual_layernorm, bias_gelu, bucket_plan,
                                     padded_attention, varlen_attention)
 from reference_impl.kernels.cpu_linear import PackedWeights, dense, use_onednn
-from reference_impl.packing import PackInfo, pack, pack_info, packed_positions, unpack
+from reference_impl.packing import PackInfo, pack, packed_positions, packing_of, unpack
 from reference_impl.switches import Switches
 
 # HF activation name -> torch GELU approximation (BERT "gelu" is exact; ALBERT's "gelu_new" tanh)
@@ -175,8 +176,12 @@ class PaddingFreeBert(nn.Module):
         return ours.to(ref.device, ref.dtype).eval()
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        sw, info = self.switches, pack_info(attention_mask)
+                token_type_ids: torch.Tensor | None = None,
+                lengths: Sequence[int] | None = None) -> torch.Tensor:
+        """``lengths``: each sequence's valid length, where the caller knows them (the mask is
+        then trusted to match): the packing is planned on the host, with no read of the
+        device before the first kernel (``packing.pack_info_from_lengths``)."""
+        sw, info = self.switches, packing_of(attention_mask, lengths)
         if sw.padding_free:
             ids, pos = pack(input_ids, info), packed_positions(info)
             types = None if token_type_ids is None else pack(token_type_ids, info)

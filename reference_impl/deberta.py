@@ -23,13 +23,14 @@ by all layers.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from reference_impl.kernels.cpu_linear import PackedWeights, dense, use_onednn
-from reference_impl.packing import PackInfo, pack, pack_info, packed_positions, unpack
+from reference_impl.packing import PackInfo, pack, packed_positions, packing_of, unpack
 from reference_impl.switches import check_cpu_gemm
 
 # HF activation name -> the name ``dense`` fuses (oneDNN post-op on CPU, else applied after)
@@ -279,10 +280,12 @@ class PaddingFreeDebertaV2(nn.Module):
         return self.eval()
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+                token_type_ids: torch.Tensor | None = None,
+                lengths: Sequence[int] | None = None) -> torch.Tensor:
         """``[B, S]`` ids and right-padded 0/1 mask -> ``[B, S, H]``. Token types default to 0
-        and, as in HF, are ignored when the model has no token-type embeddings."""
-        info = pack_info(attention_mask)
+        and, as in HF, are ignored when the model has no token-type embeddings. ``lengths``:
+        as for ``PaddingFreeBert.forward``."""
+        info = packing_of(attention_mask, lengths)
         ids = pack(input_ids, info)
         x = self.word(ids)
         if self.position is not None:

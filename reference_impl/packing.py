@@ -7,6 +7,7 @@ sequence starts. Masks must be right-padded (valid tokens first), as BERT tokeni
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -46,6 +47,41 @@ def pack_info(attention_mask: torch.Tensor) -> PackInfo:
     indices = torch.nonzero(mask.flatten(), as_tuple=False).flatten()
     max_seqlen = int(seqlens.max()) if batch_size else 0
     return PackInfo(indices, cu_seqlens, seqlens, max_seqlen, batch_size, padded_len)
+
+
+def pack_info_from_lengths(lengths: Sequence[int], padded_len: int,
+                           device: torch.device | str | None = None) -> PackInfo:
+    """The same layout, built on the host from lengths the caller already knows. ``pack_info``
+    reads the device three times (the right-padding check, ``nonzero``, the longest length), so
+    on a GPU every forward waited for the queue to drain before launching its first kernel;
+    this reads nothing back: the index tensors are made on the host and copied without a
+    wait (from pinned memory on CUDA)."""
+    lengths = [int(n) for n in lengths]
+    bad = [n for n in lengths if not 0 <= n <= padded_len]
+    if bad:
+        raise ValueError(f"lengths {bad} lie outside [0, padded_len={padded_len}]")
+    seqlens = torch.tensor(lengths, dtype=torch.int32)
+    cu_seqlens = torch.zeros(len(lengths) + 1, dtype=torch.int32)
+    cu_seqlens[1:] = torch.cumsum(seqlens, dim=0)
+    indices = torch.cat([torch.arange(n, dtype=torch.int64) + b * padded_len
+                         for b, n in enumerate(lengths)] or [torch.zeros(0, dtype=torch.int64)])
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    if device.type == "cuda":
+        indices, cu_seqlens, seqlens = (t.pin_memory().to(device, non_blocking=True)
+                                        for t in (indices, cu_seqlens, seqlens))
+    return PackInfo(indices, cu_seqlens, seqlens, max(lengths, default=0), len(lengths),
+                    padded_len)
+
+
+def packing_of(attention_mask: torch.Tensor, lengths: Sequence[int] | None = None) -> PackInfo:
+    """A forward's packing: from ``lengths`` on the host where the caller knows them, else
+    read from the mask."""
+    if lengths is None:
+        return pack_info(attention_mask)
+    if attention_mask.dim() != 2 or attention_mask.shape[0] != len(lengths):
+        raise ValueError(f"{len(lengths)} lengths for an attention_mask of shape "
+                         f"{tuple(attention_mask.shape)}: one per row of [batch, seq]")
+    return pack_info_from_lengths(lengths, attention_mask.shape[1], attention_mask.device)
 
 
 def pack(x: torch.Tensor, info: PackInfo) -> torch.Tensor:

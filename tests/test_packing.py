@@ -3,7 +3,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference_impl.packing import pack, pack_info, packed_positions, unpack
+from reference_impl import packing
+from reference_impl.packing import (pack, pack_info, pack_info_from_lengths, packed_positions,
+                                    unpack)
 
 
 def mask_for(lengths, s):
@@ -32,6 +34,7 @@ def test_pack_unpack_round_trip(lengths, s):
     assert (back[~mask.bool()] == 0).all()
     expected_pos = [p for n in lengths for p in range(n)]
     assert packed_positions(info).tolist() == expected_pos
+    _same_info(pack_info_from_lengths(lengths, s), info)
 
 
 def test_left_padding_is_refused():
@@ -55,3 +58,47 @@ def test_packing_property(lengths, extra):
         assert hi - lo == n
         assert packed[lo:hi, 0].tolist() == x[i, :n, 0].tolist()
     assert torch.equal(unpack(packed, info) * mask[..., None], x * mask[..., None])
+    _same_info(pack_info_from_lengths(lengths, s), info)
+
+
+def _same_info(got, want):
+    for field in ("indices", "cu_seqlens", "seqlens"):
+        a, b = getattr(got, field), getattr(want, field)
+        assert a.dtype == b.dtype and torch.equal(a, b), field
+    assert (got.max_seqlen, got.batch_size, got.padded_len) == (
+        want.max_seqlen, want.batch_size, want.padded_len)
+
+
+def test_lengths_known_on_the_host_give_the_mask_s_packing_without_reading_it(monkeypatch):
+    """What the reference baseline does with a batch's lengths: the same layout as from the
+    mask, and pack_info (three device reads on a GPU) is never called. Mutation tried: the
+    forward ignoring ``lengths`` (pack_info called); each model output equal either way."""
+    from conftest import TINY_MODEL
+
+    from reference_impl import PaddingFreeBert
+    from suite.config import BertDims
+    from suite.models import canonical_model
+    from suite.workloads import bert_batch
+
+    for kind in ("bert", "deberta"):
+        model = PaddingFreeBert.from_hf(canonical_model(kind, BertDims(**TINY_MODEL), 16))
+        batch = bert_batch([5, 0, 16, 9], 16, TINY_MODEL["vocab_size"], seed=2)
+        with torch.inference_mode():
+            want = model(batch.input_ids, batch.attention_mask, batch.token_type_ids)
+            with monkeypatch.context() as m:
+                m.setattr(packing, "pack_info", lambda mask: pytest.fail("read the mask"))
+                got = model(batch.input_ids, batch.attention_mask, batch.token_type_ids,
+                            lengths=batch.lengths)
+        assert torch.equal(got, want), kind
+    from suite.baselines.reference import Reference  # the baseline hands the lengths over
+
+    system = Reference()
+    system.prepare(canonical_model("bert", BertDims(**TINY_MODEL), 16), torch.device("cpu"),
+                   torch.float32)
+    with monkeypatch.context() as m:
+        m.setattr(packing, "pack_info", lambda mask: pytest.fail("read the mask"))
+        assert system.run(batch).shape == (4, 16, TINY_MODEL["hidden"])
+    with pytest.raises(ValueError, match=r"lengths \[17\] lie outside \[0, padded_len=16\]"):
+        pack_info_from_lengths([3, 17], 16)
+    with pytest.raises(ValueError, match="3 lengths for an attention_mask of shape"):
+        packing.packing_of(torch.ones(2, 4), [1, 2, 3])
