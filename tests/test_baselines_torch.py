@@ -135,3 +135,26 @@ def test_unusable_inductor_is_unavailable(monkeypatch):
     ok, why = TorchCompile().available()
     assert not ok and "no working C++ compiler" in why
 
+
+
+def test_compile_with_cuda_graphs_is_cuda_only_and_marks_each_call_a_new_step(
+        tiny_cfg, tiny_model, monkeypatch):
+    """torch-compile-cudagraphs: on a CPU an ``unavailable`` record naming the device (no graph
+    to replay); its wiring checked with torch.compile stood in for: the mode is
+    reduce-overhead and every call first marks a new CUDA-graph step, without which a replayed
+    graph would overwrite an output still in use. Mutation tried: the mark removed."""
+    from suite.baselines.torch_hf import TorchCompileGraphs
+
+    rec = run_point(tiny_cfg, "torch-compile-cudagraphs", 3, S, show_progress=False)
+    assert rec.status is Status.UNAVAILABLE and "device 'cpu'" in rec.reason, rec.reason
+    seen = []
+    monkeypatch.setattr(torch, "compile", lambda model, mode: seen.append(mode) or model)
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin",
+                        lambda: seen.append("step"))
+    system = TorchCompileGraphs()
+    system.prepare(tiny_model, torch.device("cpu"), torch.float32)
+    batch = bert_batch([5, 0, 16], S, 100, seed=1)
+    for _ in range(2):
+        torch.testing.assert_close(system.run(batch), hf_eager(tiny_model, batch))
+    assert seen == ["reduce-overhead", "step", "step"]
+    assert system.details()["mode"] == "reduce-overhead"

@@ -13,7 +13,7 @@ import warnings
 
 import torch
 
-from suite.baselines.base import Baseline
+from suite.baselines.base import Baseline, Supports
 from suite.models import hf_inputs
 from suite.workloads import BertBatch
 
@@ -153,22 +153,49 @@ class TorchCompile(TorchEager):
                 return False, "torch.compile (inductor) on CUDA needs triton"
         return ok, why
 
+    mode = "default"
+
     def prepare(self, model: torch.nn.Module, device: torch.device, dtype: torch.dtype) -> None:
         super().prepare(model, device, dtype)
-        self.compiled = torch.compile(self.model)
+        self.compiled = torch.compile(self.model, mode=self.mode)
         self.compile_s: float | None = None
 
     @torch.inference_mode()
     def run(self, batch: BertBatch) -> torch.Tensor:
         if self.compile_s is None:
             start = time.perf_counter()
-            out = self.compiled(**self.inputs(batch)).last_hidden_state
+            out = self._call(batch)
             if out.device.type == "cuda":
                 torch.cuda.synchronize(out.device)
             self.compile_s = time.perf_counter() - start
             return out
+        return self._call(batch)
+
+    def _call(self, batch: BertBatch) -> torch.Tensor:
         return self.compiled(**self.inputs(batch)).last_hidden_state
 
     def details(self) -> dict:
-        return {**super().details(), "backend": "inductor", "mode": "default",
+        return {**super().details(), "backend": "inductor", "mode": self.mode,
                 "compile_s": self.compile_s}
+
+
+class TorchCompileGraphs(TorchCompile):
+    """Padded: ``torch.compile(mode="reduce-overhead")``: inductor's kernels replayed as CUDA
+    graphs, so a call costs one launch from the host instead of one per kernel. What a PyTorch
+    user tries first when the host is the bottleneck (short sequences on a fast GPU), and the
+    bar a padding-free system that launches every kernel from Python has to clear.
+
+    A graph is recorded per input shape after a warm-up call; each call marks a new step
+    (``cudagraph_mark_step_begin``), so a call's output stays valid until the next call, which
+    overwrites it (the gate compares it before that). CUDA only: on a CPU there is no graph to
+    replay and the mode is the default's."""
+
+    name = "torch-compile-cudagraphs"
+    description = ("torch.compile (inductor, mode='reduce-overhead': CUDA graphs) of the HF "
+                   "encoder, padded")
+    supports = Supports(devices=("cuda",))
+    mode = "reduce-overhead"
+
+    def _call(self, batch: BertBatch) -> torch.Tensor:
+        torch.compiler.cudagraph_mark_step_begin()
+        return super()._call(batch)

@@ -86,7 +86,8 @@ GPU = Sizes(
     bert_model={"layers": 12, "hidden": 768, "heads": 12, "intermediate": 3072,
                 "vocab_size": 30522},
     mha_lengths=(128, 256, 512, 1024), bert_lengths=(128, 1024), batch=16,
-    bert_systems=("reference", "torch-eager", "torch-sdpa", "torch-compile", "torch-nested"),
+    bert_systems=("reference", "torch-eager", "torch-sdpa", "torch-compile",
+                  "torch-compile-cudagraphs", "torch-nested"),
     # ~1.2B parameters (24 x 12 x 2048^2 + embeddings), 2048 tokens, 8 sequences per step
     gpt={"model": {"n_layer": 24, "n_embd": 2048, "n_head": 16, "vocab_size": 50304,
                    "fused": True},
