@@ -104,20 +104,35 @@ def test_the_rehearsal_runs_every_step_and_leaves_records_the_report_reads(tmp_p
     assert table.returncode == 0, table.stderr
 
 
-def test_the_autotune_keeps_the_fastest_correct_launch_and_the_crossover():
+def test_the_autotune_keeps_each_variant_s_fastest_correct_launch_and_the_crossover():
+    """The short kernel's launch is chosen on the lengths it would serve (its warps apart for a
+    narrow and a wide key tile), never copied from the long winner nor chosen where only the
+    long kernel runs; a wrong launch is never kept. Mutations tried: the short launch taken
+    from the long winner (the old rule), the short winner summed with the 1024 rows."""
     def row(n, variant, block_m, block_n, warps, ms, correct=True):
-        return {"length": n, "variant": variant, "block_m": block_m, "long_block_n": block_n,
-                "num_warps": warps, "num_warps_wide": warps, "short_seq_max": 256,
-                "ms": ms, "correct": correct}
+        return {"length": n, "variant": variant, "block_m": block_m, "block_n": block_n,
+                "num_warps": warps, "ms": ms, "correct": correct}
 
-    rows = [row(128, "short", 64, 64, 4, 1.0), row(128, "short", 32, 64, 8, 0.5),
-            row(256, "short", 64, 64, 4, 2.0), row(256, "short", 32, 64, 8, 1.0),
-            row(128, "long", 64, 32, 4, 2.0), row(256, "long", 64, 32, 4, 0.9),
-            row(128, "long", 128, 64, 4, 0.1, correct=False),  # fastest, but wrong: never
-            row(256, "long", 128, 64, 4, 0.1, correct=False)]
+    rows = [
+        # short, 64 keys (narrow tile): block_m 32 with 8 warps is best there
+        row(64, "short", 32, 64, 8, 0.2), row(64, "short", 32, 64, 4, 0.3),
+        row(64, "short", 64, 64, 4, 0.4), row(64, "short", 64, 64, 8, 0.5),
+        # short, 128 and 256 keys (wide tile): block_m 32 with 4 warps
+        row(128, "short", 32, 128, 4, 0.5), row(128, "short", 32, 128, 8, 0.9),
+        row(128, "short", 64, 128, 4, 0.8), row(128, "short", 64, 128, 8, 0.7),
+        row(256, "short", 32, 256, 4, 1.2), row(256, "short", 32, 256, 8, 1.6),
+        row(256, "short", 64, 256, 4, 1.5), row(256, "short", 64, 256, 8, 1.4),
+        # long: block_m 128 with 64-key steps and 4 warps, timed at every length
+        *(row(n, "long", 128, 64, 4, t) for n, t in ((64, 0.6), (128, 0.7), (256, 1.0),
+                                                     (1024, 5.0))),
+        *(row(n, "long", 64, 64, 8, t) for n, t in ((64, 0.7), (128, 0.8), (256, 1.1),
+                                                    (1024, 6.0))),
+        row(128, "long", 16, 16, 1, 0.01, correct=False),  # fastest, but wrong: never
+    ]
     chosen = _choose(rows, Tuning())
-    assert chosen == Tuning(block_m=64, long_block_n=32, num_warps=4, num_warps_wide=8,
-                            short_seq_max=128)  # short won at 128 keys, long at 256
+    assert chosen == Tuning(block_m=128, long_block_n=64, num_warps=4, short_block_m=32,
+                            short_num_warps=8, short_num_warps_wide=4, short_seq_max=128)
+    # short beat long at 64 and 128 keys (0.2 < 0.6, 0.5 < 0.7), lost at 256 (1.2 > 1.0)
 
 
 def test_a_tuning_file_is_checked(tmp_path):

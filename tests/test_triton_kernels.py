@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from reference_impl.kernels import triton_attention as ta
 from reference_impl.kernels.attention import varlen_attention
 from reference_impl.kernels.triton_attention import (
-    BLOCK_M, LONG_BLOCK_N, SHORT_SEQ_MAX, choose_variant, triton_varlen_attention,
+    BLOCK_M, LONG_BLOCK_N, SHORT_BLOCK_M, SHORT_SEQ_MAX, choose_variant, triton_varlen_attention,
 )
 from reference_impl.kernels.triton_gelu import triton_bias_gelu
 from reference_impl.kernels.triton_norm import triton_add_bias_residual_layernorm
@@ -107,7 +107,8 @@ def test_attention_matches_reference(lengths, causal, variant):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("variant", ["short", "long"])
 def test_attention_half_precision(dtype, variant):
-    check_attention([1, 13, BLOCK_M + 1], causal=True, variant=variant, head_dim=64, dtype=dtype)
+    rows = BLOCK_M if variant == "long" else SHORT_BLOCK_M
+    check_attention([1, 13, rows + 1], causal=True, variant=variant, head_dim=64, dtype=dtype)
 
 
 @pytest.mark.parametrize("head_dim", [8, 16, 32, 48, 64, 128])  # 8 and 48 exercise the padding

@@ -47,23 +47,34 @@ class Tuning:
     power of two >= max_seqlen) plus a ``BLOCK_M x BLOCK_N`` fp32 score tile on chip at once: at
     256 keys and head_dim 128 in fp16, 2 x 64 KiB of K/V and a 64 x 256 fp32 score tile, about
     what one SM holds; longer sequences would spill, so the long variant's fixed key blocks win.
-    ``block_m``: query rows per program (both variants); ``long_block_n``: keys per step of the
-    long variant's loop; ``num_warps`` below 128 keys per block, ``num_warps_wide`` from 128.
+    Each variant has its own launch, tuned where it runs: ``short_block_m`` query rows per
+    program, ``short_num_warps`` below 128 keys and ``short_num_warps_wide`` from 128;
+    ``block_m``, ``long_block_n`` (keys per step of its loop) and ``num_warps`` for the long one.
     """
     block_m: int = 64
     long_block_n: int = 64
     num_warps: int = 4
-    num_warps_wide: int = 8
+    short_block_m: int = 64
+    short_num_warps: int = 4
+    short_num_warps_wide: int = 8
     short_seq_max: int = 256
 
     def __post_init__(self) -> None:
-        for name in ("block_m", "long_block_n", "short_seq_max"):
+        for name in ("block_m", "long_block_n", "short_block_m", "short_seq_max"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 16 or value & (value - 1):
                 raise ValueError(f"{name}={value!r} must be a power of two >= 16")
-        for name in ("num_warps", "num_warps_wide"):
+        for name in ("num_warps", "short_num_warps", "short_num_warps_wide"):
             if getattr(self, name) not in (1, 2, 4, 8, 16):
                 raise ValueError(f"{name}={getattr(self, name)!r} is not one of 1, 2, 4, 8, 16")
+
+    def launch(self, variant: str, max_seqlen: int) -> tuple[int, int, int]:
+        """(BLOCK_M, BLOCK_N, num_warps) of ``variant`` ("short" or "long") at ``max_seqlen``."""
+        if variant == "short":
+            block_n = max(16, 1 << max(0, max_seqlen - 1).bit_length())  # tl.dot: dims >= 16
+            warps = self.short_num_warps_wide if block_n >= 128 else self.short_num_warps
+            return self.short_block_m, block_n, warps
+        return self.block_m, self.long_block_n, self.num_warps
 
 
 def load_tuning(path: str | None = None) -> Tuning:
@@ -82,7 +93,8 @@ def load_tuning(path: str | None = None) -> Tuning:
 
 ACTIVE = load_tuning()
 SHORT_SEQ_MAX = ACTIVE.short_seq_max
-BLOCK_M = ACTIVE.block_m  # query rows per program, both variants
+BLOCK_M = ACTIVE.block_m  # query rows per program of the long variant
+SHORT_BLOCK_M = ACTIVE.short_block_m  # and of the short one
 LONG_BLOCK_N = ACTIVE.long_block_n  # keys per step of the long variant's loop
 MAX_HEAD_DIM = 128  # head_dim is padded to a power of two (>= 16) on chip; 128 keeps tiles small
 
@@ -243,21 +255,18 @@ def triton_varlen_attention(
     tuning = tuning or ACTIVE
     if variant == "auto":
         variant = choose_variant(max_seqlen, tuning)
-    if variant == "short":
-        block_n = max(16, triton.next_power_of_2(max_seqlen))  # tl.dot needs every dim >= 16
-    else:
-        block_n = tuning.long_block_n
+    block_m, block_n, warps = tuning.launch(variant, max_seqlen)
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(head_dim)
 
-    grid = (triton.cdiv(max_seqlen, tuning.block_m), heads, batch)
+    grid = (triton.cdiv(max_seqlen, block_m), heads, batch)
     _varlen_attention_kernel[grid](
         q, k, v, out, cu_seqlens, float(softmax_scale) * _LOG2E,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1),
         v.stride(0), v.stride(1), out.stride(0), out.stride(1),
         HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
-        BLOCK_M=tuning.block_m, BLOCK_N=block_n, CAUSAL=bool(causal),
+        BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=bool(causal),
         SINGLE_PASS=variant == "short", UPCAST_DOT=_INTERPRETED and q.dtype == torch.bfloat16,
-        num_warps=tuning.num_warps_wide if block_n >= 128 else tuning.num_warps,
+        num_warps=warps,
     )
     return out

@@ -3,6 +3,7 @@ the ``Pack`` and returns what ``steps.json`` keeps of it (``status`` when not ``
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import math
@@ -62,7 +63,10 @@ def kernels(pack) -> dict[str, Any]:
 def tune(pack) -> dict[str, Any]:
     """Time each candidate launch of the varlen attention at the MHA study's shapes (correct
     ones only: each is checked against torch first) and keep the fastest; later steps run with
-    it through SEEDBENCH_TRITON_TUNING, and tuning.json records every measurement."""
+    it through SEEDBENCH_TRITON_TUNING, and tuning.json records every measurement. Each
+    variant is timed where it can run: the short kernel up to SHORT_TUNE_MAX keys (its key
+    tile on chip), the long one everywhere; ``_choose`` picks each one's launch from the
+    lengths it would serve."""
     import torch
 
     from reference_impl.kernels import triton_attention as ta
@@ -73,12 +77,15 @@ def tune(pack) -> dict[str, Any]:
     rows = []
     for length in pack.sizes.tune_shapes:
         q, k, v, cu, expected = _attention_case(pack.sizes.batch, length, device, dtype)
-        for variant, (block_m, second, warps) in [
-                *(("short", c) for c in product(cands["block_m"], [0], cands["warps"])),
-                *(("long", c) for c in product(cands["block_m"], cands["long_block_n"],
-                                               cands["warps"]))]:
-            t = ta.Tuning(block_m=block_m, long_block_n=second or ta.ACTIVE.long_block_n,
-                          num_warps=warps, num_warps_wide=warps)
+        short = [("short", ta.Tuning(short_block_m=m, short_num_warps=w, short_num_warps_wide=w))
+                 for m, w in product(cands["block_m"], cands["warps"])
+                 if length <= SHORT_TUNE_MAX]
+        long_ = [("long", ta.Tuning(block_m=m, long_block_n=n, num_warps=w))
+                 for m, n, w in product(cands["block_m"], cands["long_block_n"], cands["warps"])]
+        for variant, t in [*short, *long_]:
+            block_m, block_n, warps = t.launch(variant, length)
+            launch = {"length": length, "variant": variant, "block_m": block_m,
+                      "block_n": block_n, "num_warps": warps}
             try:
                 out = ta.triton_varlen_attention(q, k, v, cu, length, variant=variant, tuning=t)
                 err = (out.float() - expected).abs().max().item()
@@ -86,13 +93,10 @@ def tune(pack) -> dict[str, Any]:
                               ta.triton_varlen_attention(q, k, v, cu, n, variant=var, tuning=t),
                               device)
             except Exception as e:  # noqa: BLE001 - a launch that does not fit is a data point
-                err, ms = math.nan, math.nan
-                rows.append({"length": length, "variant": variant, **asdict(t),
-                             "error": f"{type(e).__name__}: {str(e)[:200]}"})
+                rows.append({**launch, "error": f"{type(e).__name__}: {str(e)[:200]}"})
                 continue
             ok = err <= (2e-2 if dtype == torch.float16 else 1e-4)
-            rows.append({"length": length, "variant": variant, **asdict(t), "ms": ms,
-                         "max_abs_err": err, "correct": ok})
+            rows.append({**launch, "ms": ms, "max_abs_err": err, "correct": ok})
     chosen = _choose(rows, ta.Tuning())
     path = pack.out / "tuning.json"
     path.write_text(json.dumps({"tuning": asdict(chosen), "device": pack.sizes.device,
@@ -108,6 +112,7 @@ def tune(pack) -> dict[str, Any]:
     return detail
 
 
+SHORT_TUNE_MAX = 512  # the short kernel is timed up to here: twice the default crossover
 TUNE_GPU = {"block_m": (32, 64, 128), "long_block_n": (32, 64, 128), "warps": (4, 8)}
 TUNE_CPU = {"block_m": (16, 32), "long_block_n": (16,), "warps": (4,)}
 
@@ -169,34 +174,59 @@ def _under_load(fn, ms: float, device) -> dict[str, float]:
 
 
 def _choose(rows: list[dict[str, Any]], default):
-    """The fastest correct short and long launches (summed over the lengths each ran at), and
-    short_seq_max: the longest length at which the best short launch beat the best long one."""
+    """Each variant's fastest correct launch on the lengths it would serve, and the crossover.
+
+    Long: the (block_m, block_n, warps) fastest summed over every length (it may serve any).
+    Short: one block_m, with its warps chosen apart below 128 keys (a narrow key tile) and from
+    128 (a wide one), each summed over the lengths of that tile only: the short kernel's launch
+    is never the long winner's, nor chosen on lengths where it would not run. short_seq_max:
+    the longest tuned length at which the chosen short launch beat the chosen long one (a power
+    of two, at least 16). A class with no correct timing keeps ``default``'s values."""
     from reference_impl.kernels.triton_attention import Tuning
 
-    def best(variant):
-        by_key: dict[tuple, list[float]] = {}
-        for r in rows:
-            if r["variant"] == variant and r.get("correct"):
-                key = (r["block_m"], r["long_block_n"], r["num_warps"])
-                by_key.setdefault(key, []).append(r["ms"])
-        full = {k: sum(v) for k, v in by_key.items()
-                if len(v) == max(map(len, by_key.values()))}
+    timed = [r for r in rows if r.get("correct")]
+
+    def fastest(candidates: list[dict[str, Any]], key) -> tuple | None:
+        """The key whose rows sum lowest, among keys timed at every length of the set."""
+        lengths = {r["length"] for r in candidates}
+        by_key: dict[tuple, dict[int, float]] = {}
+        for r in candidates:
+            by_key.setdefault(key(r), {})[r["length"]] = r["ms"]
+        full = {k: sum(v.values()) for k, v in by_key.items() if set(v) == lengths}
         return min(full, key=full.get) if full else None
 
-    short, long_ = best("short"), best("long")
-    if short is None or long_ is None:
+    long_rows = [r for r in timed if r["variant"] == "long"]
+    long_ = fastest(long_rows, lambda r: (r["block_m"], r["block_n"], r["num_warps"]))
+    short_rows = [r for r in timed if r["variant"] == "short"]
+    narrow = [r for r in short_rows if r["block_n"] < 128]
+    wide = [r for r in short_rows if r["block_n"] >= 128]
+    best_short: tuple[float, int, int | None, int | None] | None = None
+    for block_m in sorted({r["block_m"] for r in short_rows}):
+        total, warps = 0.0, []
+        for tile in (narrow, wide):
+            mine = [r for r in tile if r["block_m"] == block_m]
+            w = fastest(mine, lambda r: (r["num_warps"],)) if mine else None
+            warps.append(w[0] if w else None)
+            total += sum(r["ms"] for r in mine if w and r["num_warps"] == w[0])
+            if tile and w is None:
+                total = math.inf  # not timed at every length of this tile
+        if best_short is None or total < best_short[0]:
+            best_short = (total, block_m, *warps)
+    if long_ is None or best_short is None or best_short[0] == math.inf:
         return default
-    fastest = {}
-    for r in rows:
-        if r.get("correct"):
-            key = (r["block_m"], r["long_block_n"], r["num_warps"])
-            if key == (short if r["variant"] == "short" else long_):
-                fastest[(r["length"], r["variant"])] = r["ms"]
-    wins = [n for (n, v), ms in fastest.items()
-            if v == "short" and ms <= fastest.get((n, "long"), math.inf)]
+    _, short_m, narrow_w, wide_w = best_short
+    chosen = Tuning(block_m=long_[0], long_block_n=long_[1], num_warps=long_[2],
+                    short_block_m=short_m,
+                    short_num_warps=narrow_w or default.short_num_warps,
+                    short_num_warps_wide=wide_w or default.short_num_warps_wide)
+    ms = {}
+    for r in timed:
+        b_m, b_n, w = chosen.launch(r["variant"], r["length"])
+        if (r["block_m"], r["block_n"], r["num_warps"]) == (b_m, b_n, w):
+            ms[(r["length"], r["variant"])] = r["ms"]
+    wins = [n for (n, v), t in ms.items() if v == "short" and t <= ms.get((n, "long"), math.inf)]
     short_max = 1 << max(wins).bit_length() - 1 if wins else 16
-    return Tuning(block_m=long_[0], long_block_n=long_[1], num_warps=long_[2],
-                  num_warps_wide=short[2], short_seq_max=max(16, short_max))
+    return dataclasses.replace(chosen, short_seq_max=max(16, short_max))
 
 
 def peak(pack) -> dict[str, Any]:
