@@ -219,3 +219,48 @@ def test_the_streaming_kernels_are_checked_before_they_are_timed():
     add()
     copy()  # the copy writes the add's output buffer: it now holds a, not a + b
     assert not add_correct()
+
+
+def test_a_point_that_fails_or_times_out_ends_itself_not_its_step(tmp_path):
+    """The points before and after a failed one keep their statuses, the budget is checked
+    before each point, and the results are packed after each (a lease cut off mid-step
+    returns what finished). Mutations tried: no per-point catch (the step's statuses lost),
+    the budget checked per step only, the pack saved per step only."""
+    import subprocess
+    import tarfile
+
+    from suite.gpu.pack import REHEARSAL, Pack
+    from suite.gpu.steps import _statuses
+
+    pack = Pack(tmp_path / "out", tmp_path / "work", REHEARSAL, budget_s=60)
+    pack.out.mkdir()
+    now = [0.0]
+    pack.elapsed = lambda: now[0]
+    packed = []
+
+    def write(name, takes_s=1.0):
+        def call():
+            (pack.results / name).parent.mkdir(parents=True, exist_ok=True)
+            (pack.results / name).write_text("{}")
+            now[0] += takes_s
+            return "ok"
+        return call
+
+    def timeout():
+        raise subprocess.TimeoutExpired(["seedbench"], 240)
+
+    def crash():
+        raise RuntimeError("no record (exit 1): CUDA error")
+
+    real_save = pack.save
+    pack.save = lambda: (real_save(), packed.append(
+        sorted(m.name for m in tarfile.open(pack.out / "results.tar.gz").getmembers()
+               if m.isfile())))
+    statuses = pack.points([("a", write("a.json")), ("b", timeout), ("c", crash),
+                            ("d", write("d.json", takes_s=90)), ("e", write("e.json"))])
+    assert statuses == {"a": "ok", "b": "failed: timed out after 240 s",
+                        "c": "failed: RuntimeError: no record (exit 1): CUDA error",
+                        "d": "ok", "e": "skipped: budget of 60 s spent"}
+    assert packed[0] == [f"{pack.machine}/a.json"] and len(packed) == 4
+    assert _statuses(statuses)["status"] == "failed"
+    assert "status" not in _statuses({"a": "ok", "e": "skipped: budget of 60 s spent"})

@@ -55,6 +55,7 @@ import sys
 import tarfile
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -177,6 +178,26 @@ class Pack:
         if self.results.exists():
             with tarfile.open(self.out / "results.tar.gz", "w:gz") as tar:
                 tar.add(self.results, arcname=self.machine)
+
+    def points(self, labelled: Iterable[tuple[str, Callable[[], str]]]) -> dict[str, Any]:
+        """A step's points, one at a time: ``(label, call)``, the call returning its record's
+        status. A point that raises (no record, a timeout) is that point's failure, not the
+        step's, so the points before it keep their statuses; once the budget is spent the
+        rest are skipped, each named; and the results are packed after every point, so a
+        lease cut off mid-step still returns what finished."""
+        statuses: dict[str, str] = {}
+        for label, call in labelled:
+            if self.elapsed() > self.budget_s:
+                statuses[label] = f"skipped: budget of {self.budget_s:g} s spent"
+                continue
+            try:
+                statuses[label] = call()
+            except subprocess.TimeoutExpired as e:
+                statuses[label] = f"failed: timed out after {e.timeout:.0f} s"
+            except Exception as e:  # noqa: BLE001 - one point's failure, recorded
+                statuses[label] = f"failed: {type(e).__name__}: {str(e)[:300]}"
+            self.save()
+        return statuses
 
     def seedbench(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
         """One suite command; it may run past the budget by a minute at most (the lease's
