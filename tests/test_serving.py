@@ -228,6 +228,36 @@ def test_a_server_trial_issues_the_same_query_count_at_any_load(tmp_path):
             assert found and int(found.group(1)) == 120, (key, detail[-2000:])
 
 
+def test_an_offline_run_that_ended_early_is_run_again_larger():
+    """LoadGen's Offline query is target x min_duration samples; a system faster than the
+    guess ends early, INVALID for its duration alone. Asked for twice what it did, it runs long
+    enough; an INVALID for any other reason is not retried. Mutation tried: no retry (the
+    workflow's Offline claims then had no VALID pair)."""
+    from suite.serving.point import _long_enough
+
+    class Run:
+        def __init__(self, valid, reasons, qps):
+            self.valid, self.reasons, self._qps = valid, reasons, qps
+
+        def qps(self):
+            return self._qps
+
+    asked = []
+
+    def one(target, logs):  # serves 1000 samples/s: a run asked for less ends early
+        asked.append(target)
+        return Run(target >= 1000, [] if target >= 1000 else ["Min duration satisfied"], 1000.0)
+
+    result, attempts = _long_enough(one, 200.0, Path("logs"))
+    assert result.valid and asked == [200.0, 2000.0] and len(attempts) == 2
+    assert attempts[0] == {"target_qps": 200.0, "valid": False,
+                           "reasons": ["Min duration satisfied"], "qps": 1000.0}
+    asked.clear()
+    broken = lambda target, logs: asked.append(target) or Run(False, ["Min queries satisfied"], 5.0)  # noqa: E731
+    result, attempts = _long_enough(broken, 200.0, Path("logs"))
+    assert not result.valid and asked == [200.0] and len(attempts) == 1
+
+
 def test_the_search_logic_on_a_threshold():
     seen = []
 

@@ -1,8 +1,9 @@
 """One serving measurement of one system: the scenario's LoadGen run(s) and what they found.
 
 - Offline: one run, sized at twice a first throughput guess (a few batches of the library) so
-  that it lasts at least LoadGen's minimum duration; samples/s.
-- SingleStream: one run; the 90th percentile latency (LoadGen's metric for it).
+  that it lasts at least LoadGen's minimum duration, and run again larger where it ended early
+  all the same (``_long_enough``); samples/s.
+- SingleStream: one run sized the same way; the 90th percentile latency (LoadGen's metric).
 - Server: ``search.max_valid_qps`` from ``start`` x a first guess (the Offline samples/s when
   given, else the throughput a few batches of the library show), every trial a LoadGen run of
   ``min_queries`` queries with its logs in a folder of its own (``qps-<load>``, a retry's
@@ -80,6 +81,27 @@ def probe_shapes(system: ServingSystem, count: int, seen: set[int] = frozenset()
     return probes
 
 
+SIZING_ATTEMPTS = 3
+ENDED_EARLY = ["Min duration satisfied"]
+
+
+def _long_enough(one, target_qps: float, logs: Path
+                 ) -> tuple[loadgen.RunResult, list[dict[str, Any]]]:
+    """An Offline or SingleStream run sized from a throughput guess: LoadGen issues
+    ``target x min_duration`` samples, so a system faster than the guess finishes early and the
+    run is INVALID for its duration alone, its number unusable. Run again, asked for twice what
+    it did, up to SIZING_ATTEMPTS runs; the last run's logs stay, each attempt is listed."""
+    attempts = []
+    for _ in range(SIZING_ATTEMPTS):
+        result = one(target_qps, logs)
+        attempts.append({"target_qps": target_qps, "valid": result.valid,
+                         "reasons": result.reasons, "qps": result.qps()})
+        if result.valid or result.reasons != ENDED_EARLY or not result.qps():
+            break
+        target_qps = max(2 * target_qps, 2 * result.qps())
+    return result, attempts
+
+
 def measure(system: ServingSystem, plan: ServingPlan, logs: Path,
             first_qps: float | None = None) -> dict[str, Any]:
     lengths = system.library.lengths
@@ -105,9 +127,10 @@ def measure(system: ServingSystem, plan: ServingPlan, logs: Path,
     out: dict[str, Any] = {"loadgen_version": loadgen.loadgen_version(), "plan": asdict(plan),
                            "policy": asdict(system.policy), "first_qps": guess}
     if plan.scenario != "Server":
-        result = one(guess * 2, logs)
+        result, attempts = _long_enough(one, guess * 2, logs)
         return {**out, "result": result.as_dict(), "valid": result.valid,
-                "samples_per_s": result.qps(), "p90_s": result.latency_s(90)}
+                "samples_per_s": result.qps(), "p90_s": result.latency_s(90),
+                "attempts": attempts}
     runs: dict[float, loadgen.RunResult] = {}  # the latest run at each load (a retry's)
 
     def trial(qps: float) -> Trial:
