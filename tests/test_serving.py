@@ -196,21 +196,6 @@ def test_one_noisy_invalid_run_does_not_cap_the_knee():
                            for t in retried)
 
 
-def test_the_top_of_the_final_bracket_is_confirmed_before_it_caps_the_answer():
-    """Run twice, last; every other load once."""
-    calls = []
-
-    def threshold(qps):
-        calls.append(qps)
-        return Trial(qps, qps <= 300)
-
-    found = max_valid_qps(threshold, 100, rel_tol=0.05, max_trials=14)
-    top = found.bracket[1]
-    assert calls.count(top) == 2 and calls[-1] == top
-    assert len(set(calls)) == len(calls) - 1
-    assert [t["attempt"] for t in found.as_dict()["trials"]] == [1] * (len(calls) - 1) + [2]
-
-
 def test_a_server_trial_issues_the_same_query_count_at_any_load(tmp_path):
     """Every Server trial issues exactly min_queries queries, a slow system's and a fast one's
     alike: LoadGen's early stopping tolerates more late queries in a longer run, so a count
@@ -268,6 +253,9 @@ def test_the_search_logic_on_a_threshold():
     found = max_valid_qps(trial, 100, rel_tol=0.05, max_trials=12)
     assert seen[:3] == [100, 200, 400]  # doubles until invalid, then bisects
     assert 300 / 1.05 <= found.best_qps <= 300 and found.bracket[1] > 300
+    top = found.bracket[1]  # run twice before it caps the answer, last; every other load once
+    assert seen.count(top) == 2 and seen[-1] == top and len(set(seen)) == len(seen) - 1
+    assert [t["attempt"] for t in found.as_dict()["trials"]] == [1] * (len(seen) - 1) + [2]
     seen.clear()
     finer = max_valid_qps(trial, 250, rel_tol=0.05, max_trials=12, step=1.25)
     assert seen[:2] == [250, 312.5] and 300 / 1.05 <= finer.best_qps <= 300
