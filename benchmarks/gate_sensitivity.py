@@ -27,7 +27,7 @@ from suite.config import BertDims
 from suite.experiments.bert_oracle import reference_output
 from suite.measure.correctness import TOLERANCE, compare
 from suite.measure.mutations import ACCEPTED, MUTATIONS, attention_entropy, mutate
-from suite.models import KINDS, WEIGHTS, canonical_model, hf_inputs
+from suite.models import KINDS, WEIGHTS, canonical_model, hf_initialized, hf_inputs
 from suite.devices import torch_dtype
 from suite.workloads import bert_batch, varlen_lengths
 
@@ -36,25 +36,13 @@ SIZES = {"tiny": BertDims(layers=2, hidden=32, heads=4, intermediate=64, vocab_s
          "base": BertDims()}
 
 
-def hf_init(kind: str, dims: BertDims, max_len: int, seed: int) -> torch.nn.Module:
-    """The canonical model as it was before scheme version 2: HF's initialization, undrawn."""
-    import transformers
-
-    from suite.models import _family
-
-    cls, cfg, kwargs = _family(transformers, kind, dims, max_len)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return cls(cfg, **kwargs).eval()
-
-
 @torch.inference_mode()
 def one(kind: str, dims: BertDims, max_len: int, batch_size: int, dtypes: list[str],
         weights: str) -> dict:
     lengths = varlen_lengths(batch_size, max_len, seed=0)
     batch = bert_batch(lengths, max_len, dims.vocab_size, seed=0)
     model = (canonical_model(kind, dims, max_len) if weights == "canonical" else
-             hf_init(kind, dims, max_len, seed=0))
+             hf_initialized(kind, dims, max_len))
     oracle = reference_output(model, batch, torch.device("cpu"))
     errors: dict[str, dict[str, dict]] = {}
     for name in ("none", *MUTATIONS, *ACCEPTED):

@@ -130,12 +130,25 @@ def canonical_model(kind: str, dims: BertDims, max_position: int, seed: int = 0,
             return _load(tf, cls, folder, kwargs)
         except Exception:  # noqa: BLE001 - a damaged folder is replaced below
             shutil.rmtree(folder, ignore_errors=True)
-    with torch.random.fork_rng(devices=[]):  # HF's own draws: overwritten, and kept off the
-        model = cls(cfg, **kwargs)           # caller's generator
+    model = hf_initialized(kind, dims, max_position, seed)
     draw_weights(model, kind, seed)
     if folder is not None:
         _save(model, folder)
-    return model.eval()
+    return model
+
+
+def hf_initialized(kind: str, dims: BertDims, max_position: int, seed: int = 0
+                   ) -> torch.nn.Module:
+    """The family's HF encoder as HF initializes it from ``seed`` (the canonical weights before
+    scheme 2: zero biases, identity norms, near-uniform attention), in eval mode:
+    ``canonical_model`` draws over it, ``benchmarks/gate_sensitivity.py`` measures it. HF's
+    draws stay off the caller's generator."""
+    import transformers as tf
+
+    cls, cfg, kwargs = _family(tf, kind, dims, max_position)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return cls(cfg, **kwargs).eval()
 
 
 @torch.no_grad()

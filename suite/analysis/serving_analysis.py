@@ -111,22 +111,21 @@ def ratios(table: pd.DataFrame, scenario: str, other: str) -> tuple[list[float],
     says which repeats were left out and why."""
     column, _, sign = METRICS[scenario]
     rows = table[(table.scenario == scenario) | table.scenario.isna()]
-
-    def usable(system: str) -> tuple[dict[int, float], list[str]]:
-        kept, dropped = {}, []
+    kept: dict[str, dict[int, float]] = {}
+    dropped: list[str] = []
+    for system in (PADDING_FREE, other):
+        kept[system] = {}
         for r in rows[rows.system == system].to_dict("records"):
             why = _unusable(r, column)
             if why:
                 dropped.append(f"{system} repeat {r['repeat']}: {why}")
             else:
-                kept[int(r["repeat"])] = float(r[column])
-        return kept, dropped
-
-    (ours, dropped), (theirs, more) = usable(PADDING_FREE), usable(other)
-    dropped += more
-    for a, b, name in ((ours, theirs, other), (theirs, ours, PADDING_FREE)):
-        dropped += [f"{name} repeat {k}: not run" for k in sorted(set(a) - set(b))
-                    if not any(d.startswith(f"{name} repeat {k}:") for d in dropped)]
+                kept[system][int(r["repeat"])] = float(r[column])
+    ran = {s: set(rows[rows.system == s].repeat.astype(int)) for s in kept}
+    for system, partner in ((other, PADDING_FREE), (PADDING_FREE, other)):
+        dropped += [f"{system} repeat {k}: not run"
+                    for k in sorted(set(kept[partner]) - ran[system])]
+    ours, theirs = kept[PADDING_FREE], kept[other]
     common = sorted(set(ours) & set(theirs))
     if sign > 0:
         return [ours[k] / theirs[k] for k in common], dropped
@@ -137,7 +136,7 @@ def _unusable(row: dict[str, Any], column: str) -> str:
     """Why a summary row cannot enter a ratio, or "" when it can."""
     if row["status"] != "ok":
         return f"{row['status']} ({row['reason']})" if row.get("reason") else row["status"]
-    if row.get("valid") is not True and row.get("valid") not in ("True", "true"):
+    if row.get("valid") not in (True, "True", "true"):  # a bool, or its CSV text
         reasons = row.get("loadgen_reasons")
         return "INVALID" + (f" ({reasons})" if isinstance(reasons, str) and reasons else "")
     value = pd.to_numeric(row.get(column), errors="coerce")

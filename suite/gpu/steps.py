@@ -186,39 +186,37 @@ def _choose(rows: list[dict[str, Any]], default):
 
     timed = [r for r in rows if r.get("correct")]
 
-    def fastest(candidates: list[dict[str, Any]], key) -> tuple | None:
-        """The key whose rows sum lowest, among keys timed at every length of the set."""
+    def fastest(candidates: list[dict[str, Any]], key) -> tuple[tuple | None, float]:
+        """The key whose rows sum lowest, among keys timed at every length of the set, and
+        that sum (None and infinity when no key was)."""
         lengths = {r["length"] for r in candidates}
         by_key: dict[tuple, dict[int, float]] = {}
         for r in candidates:
             by_key.setdefault(key(r), {})[r["length"]] = r["ms"]
         full = {k: sum(v.values()) for k, v in by_key.items() if set(v) == lengths}
-        return min(full, key=full.get) if full else None
+        best = min(full, key=full.get, default=None)
+        return best, full.get(best, math.inf)
 
-    long_rows = [r for r in timed if r["variant"] == "long"]
-    long_ = fastest(long_rows, lambda r: (r["block_m"], r["block_n"], r["num_warps"]))
+    long_, _ = fastest([r for r in timed if r["variant"] == "long"],
+                       lambda r: (r["block_m"], r["block_n"], r["num_warps"]))
     short_rows = [r for r in timed if r["variant"] == "short"]
-    narrow = [r for r in short_rows if r["block_n"] < 128]
-    wide = [r for r in short_rows if r["block_n"] >= 128]
-    best_short: tuple[float, int, int | None, int | None] | None = None
-    for block_m in sorted({r["block_m"] for r in short_rows}):
-        total, warps = 0.0, []
-        for tile in (narrow, wide):
-            mine = [r for r in tile if r["block_m"] == block_m]
-            w = fastest(mine, lambda r: (r["num_warps"],)) if mine else None
-            warps.append(w[0] if w else None)
-            total += sum(r["ms"] for r in mine if w and r["num_warps"] == w[0])
-            if tile and w is None:
-                total = math.inf  # not timed at every length of this tile
-        if best_short is None or total < best_short[0]:
-            best_short = (total, block_m, *warps)
-    if long_ is None or best_short is None or best_short[0] == math.inf:
+    tiles = {name: rows for name, rows in (
+        ("narrow", [r for r in short_rows if r["block_n"] < 128]),
+        ("wide", [r for r in short_rows if r["block_n"] >= 128])) if rows}
+    short = {}  # block_m -> (its time over every tile, the warps chosen per tile)
+    for block_m in {r["block_m"] for r in short_rows}:
+        picks = {name: fastest([r for r in tile if r["block_m"] == block_m],
+                               lambda r: r["num_warps"]) for name, tile in tiles.items()}
+        short[block_m] = (sum(ms for _, ms in picks.values()),
+                          {name: warps for name, (warps, _) in picks.items()})
+    short_m = min(short, key=lambda m: short[m][0], default=None)
+    if long_ is None or short_m is None or short[short_m][0] == math.inf:
         return default
-    _, short_m, narrow_w, wide_w = best_short
+    warps = short[short_m][1]
     chosen = Tuning(block_m=long_[0], long_block_n=long_[1], num_warps=long_[2],
                     short_block_m=short_m,
-                    short_num_warps=narrow_w or default.short_num_warps,
-                    short_num_warps_wide=wide_w or default.short_num_warps_wide)
+                    short_num_warps=warps.get("narrow") or default.short_num_warps,
+                    short_num_warps_wide=warps.get("wide") or default.short_num_warps_wide)
     ms = {}
     for r in timed:
         b_m, b_n, w = chosen.launch(r["variant"], r["length"])
