@@ -175,7 +175,10 @@ def test_the_search_brackets_the_knee_of_a_known_system(tmp_path):
     assert 500 <= found.best_qps <= 1000, found.as_dict()
     lo, hi = found.bracket
     assert lo == found.best_qps and hi is not None and hi > lo
-    assert all(t.valid == (t.qps <= lo) for t in found.trials)
+    # monotone, each load by its last run: a run INVALID by chance and VALID when the search
+    # confirmed it (a busy machine) is the noise the retry is for
+    last = {t.qps: t.valid for t in found.trials}
+    assert all(valid == (qps <= lo) for qps, valid in last.items()), found.as_dict()
 
 
 def test_one_noisy_invalid_run_does_not_cap_the_knee():
