@@ -44,19 +44,23 @@ that extra GroupNorm + W_reduce, a VWN with r = 1 is *not* the plain GPT end to 
 of a GroupNorm output differs from ``norm_f`` alone by the norms' eps); it is the plain GPT up to
 the output path, which the tests check exactly.
 
-Next-2-token prediction (``mtp=True``), DeepSeek-V3 MTP style with one module. Our equations,
-for positions t = 0 .. T-2, with ``h_t`` = ``W_reduce(GroupNorm(H'_L))`` at t (width D, the
-vector the main head normalizes) and ``e_{t+1}`` = wide token embedding of token t+1 (width D',
-the shared table, no position embedding):
+Next-2-token prediction (``mtp=True``), as the paper specifies it: at the wide width, mixed by
+a block-wise shared linear at the cost of r = 1, then one VWN layer. Our equations, for positions
+t = 0 .. T-2, with ``H'_t`` the wide state after the last layer at t (width D', n segments of s)
+and ``e_{t+1}`` the wide token embedding of token t+1 (the shared table, no position embedding):
 
-    z_t    = W_mtp [Norm_D(h_t) ; Norm_D'(e_{t+1})]       W_mtp: (D + D') -> D, no bias
-    z      = Block(z)                                     one plain pre-norm gpt.Block (residual)
-    logits2_t = head(Norm_mtp(z_t))                       the shared unembedding; predicts t+2
+    Z_t[i] = W_mtp [Norm_s(H'_t[i]) ; Norm_s(e_{t+1}[i])]    for each segment i = 1..n;
+                                                            W_mtp: 2s -> s, no bias, shared
+    Z      = VWNLayer(Z)                                    GHCs around one gpt.Block
+    logits2_t = head(norm_f(W_reduce(GroupNorm_n(Z_t))))    the main model's output path, shared
 
     loss = CE(next token) + mtp_weight * CE(token after next)   (mtp_weight = 1: summed)
 
-The MTP module runs at backbone width with an ordinary residual block (a choice: the paper adds
-"one extra layer"; we keep its cost at one backbone layer plus a (D+D') x D projection).
+The block is one segment (s = D/m features), the unit every GHC moves: the linear and its two
+norms are shared by the n segments, so their parameters are the same at every r of one m (those
+of the r = 1 model), and their FLOPs grow with n as the wide state does. (A block of D features
+would need n to be a multiple of m; the configs run r = 1.5.) The VWN layer's GHCs cost what a
+backbone layer's do; the r = 1 baseline's are frozen at the identity, as in its backbone.
 
 Embeddings: token (and, without RoPE, position) tables have width D'. The head cannot be tied to
 a table of another width, so ``tied_embeddings=True`` needs ``m == n``.
@@ -179,21 +183,29 @@ def _norm(cfg: GPTConfig, width: int) -> Norm:
 
 
 class MTPModule(nn.Module):
-    """Predicts token t+2 from the main model's hidden at t and the embedding of token t+1."""
+    """Predicts token t+2 from the main model's wide state at t and the wide embedding of token
+    t+1 (equations in the module doc)."""
 
     def __init__(self, cfg: VWNConfig):
         super().__init__()
-        self.norm_h = Norm(cfg)
-        self.norm_e = _norm(cfg, cfg.wide_embd)
-        self.proj = nn.Linear(cfg.n_embd + cfg.wide_embd, cfg.n_embd, bias=False)
-        self.block = Block(cfg)
-        self.norm_f = Norm(cfg)
+        s = cfg.segment
+        self.n, self.segment = cfg.n, s
+        self.norm_h = _norm(cfg, s)
+        self.norm_e = _norm(cfg, s)
+        self.proj = nn.Linear(2 * s, s, bias=False)
+        self.layer = VWNLayer(cfg)
+
+    @property
+    def block(self) -> Block:
+        return self.layer.block
 
     def forward(self, h: torch.Tensor, e_next: torch.Tensor) -> torch.Tensor:
-        """``h (B, T-1, D)`` hidden at t, ``e_next (B, T-1, D')`` -> ``(B, T-1, D)``, normed,
-        for the shared head."""
-        z = self.proj(torch.cat([self.norm_h(h), self.norm_e(e_next)], dim=-1))
-        return self.norm_f(self.block(z))
+        """``h (B, T-1, D')`` wide state at t, ``e_next (B, T-1, D')`` -> ``(B, T-1, D')``, for
+        the model's shared output path."""
+        H = h.unflatten(-1, (self.n, self.segment))
+        E = e_next.unflatten(-1, (self.n, self.segment))
+        z = self.proj(torch.cat([self.norm_h(H), self.norm_e(E)], dim=-1))
+        return self.layer(z.flatten(-2))
 
 
 # ----------------------------------------------------------------------------- model
@@ -242,6 +254,11 @@ class VWNGPT(nn.Module):
             h = checkpoint(layer, h, use_reentrant=False) if full else layer(h)
         return h
 
+    def output(self, wide: torch.Tensor) -> torch.Tensor:
+        """Logits from a wide state: GroupNorm -> W_reduce -> norm -> head (the main model's
+        path, which the MTP module shares)."""
+        return self.lm_head(self.norm_f(self.reduce(self.norm_out(wide))))
+
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
                 return_parts: bool = False
                 ) -> tuple[torch.Tensor, torch.Tensor | LossParts | None]:
@@ -251,8 +268,8 @@ class VWNGPT(nn.Module):
 
         The MTP targets are ``targets[:, 1:]`` (the token after next for positions 0..T-2) and its
         input tokens ``idx[:, 1:]``; without targets the MTP module is not run."""
-        h = self.reduce(self.norm_out(self.features(idx)))
-        logits = self.lm_head(self.norm_f(h))
+        wide = self.features(idx)
+        logits = self.output(wide)
         if targets is None:
             return logits, None
         next_token = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-1)
@@ -260,8 +277,7 @@ class VWNGPT(nn.Module):
         if self.mtp is not None:
             if idx.shape[1] < 2:
                 raise ValueError(f"mtp=True needs sequences of >= 2 tokens; got T={idx.shape[1]}")
-            z = self.mtp(h[:, :-1], self.wte(idx[:, 1:]))
-            logits2 = self.lm_head(z)
+            logits2 = self.output(self.mtp(wide[:, :-1], self.wte(idx[:, 1:])))
             parts.next_2_token = F.cross_entropy(logits2.flatten(0, 1),
                                                  targets[:, 1:].flatten(), ignore_index=-1)
             parts.total = next_token + self.config.mtp_weight * parts.next_2_token
@@ -309,13 +325,13 @@ class VWNCost:
 
     params_embedding: int  # token (+ position) tables, width D'
     params_backbone: int  # the n_layer gpt.Blocks
-    params_ghc: int  # static A, B (+ W_A, W_B, s_A, s_B) of the 2 n_layer GHCs
+    params_ghc: int  # static A, B (+ W_A, W_B, s_A, s_B) of the backbone's 2 n_layer GHCs
     params_output: int  # GroupNorm + W_reduce + final norm + head (0 for the head when tied)
-    params_mtp: int  # MTP module (its head is shared)
+    params_mtp: int  # MTP module, its VWN layer's GHCs included (its output path is shared)
     flops_backbone: int
     flops_ghc: int
     flops_output: int  # W_reduce + head
-    flops_mtp: int  # projection + block + head
+    flops_mtp: int  # projection + VWN layer + the shared output path
     baseline_params: int
     baseline_flops: int
 
@@ -379,9 +395,8 @@ def vwn_cost(cfg: VWNConfig, seq_len: int | None = None) -> VWNCost:
     ghc_f = 0 if identity else 2 * n * s * (2 * m + n) * (2 if cfg.dynamic else 1)
     mtp_p = mtp_f = 0
     if cfg.mtp:
-        mtp_p = (_norm_params(cfg, D) + _norm_params(cfg, Dw) + (D + Dw) * D + block_p
-                 + _norm_params(cfg, D))
-        mtp_f = 2 * (D + Dw) * D + block_f + 2 * D * V
+        mtp_p = 2 * _norm_params(cfg, s) + 2 * s * s + block_p + 2 * ghc_p
+        mtp_f = n * 2 * (2 * s * s) + block_f + 2 * ghc_f + 2 * Dw * D + 2 * D * V
     base = cfg.backbone()
     base_head = 0 if base.tied_embeddings else V * D
     return VWNCost(

@@ -95,7 +95,7 @@ def test_figures_and_report_sections(ablation, tmp_path):
     assert "Gain of each step in MFU points: + parallel block:" in html
     assert "vs +4.6 in the paper" in html
     assert "LAMB with batch 6" in html and "held-out loss of AdamW with batch 2" in html
-    assert "Held-out error: megascale_table2 / Megatron-LM (6 runs): iteration time off by" in html
+    assert "these datasets): megascale_table2 / Megatron-LM (6 runs): iteration time off by" in html
     assert "narayanan2021 / Megatron-LM 2021 (Selene) (8 runs)" in html
     # every dataset of the table, each timed one with llm-analysis (same rows fitted) beside it
     for dataset in scale.dataset.unique():

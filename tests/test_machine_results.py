@@ -126,17 +126,22 @@ def test_train_scale_and_claim_headlines():
     gpu = train.assign(peak_source="H200 bf16 datasheet dense")
     assert llm_best_mfu(AnalysisInputs(gpu)).metric == \
         "best training MFU (of the H200 bf16 datasheet dense peak)"
-    scale = pd.DataFrame({"calibration": [True, False, False],
-                          "iteration_time_rel_error": [0.0, 0.05, -0.15]})
-    h = llm_scale_error(AnalysisInputs(scale))
+    scale = pd.DataFrame({"calibration": [True, False, False, False],
+                          "dataset": ["bloom176b", "bloom176b", "narayanan2021", "new_sweep"],
+                          "iteration_time_rel_error": [0.0, 0.05, -0.15, 0.3]})
+    h = llm_scale_error(AnalysisInputs(scale))  # a dataset the model was not shaped on: apart
     assert h.value == pytest.approx(10.0) and h.machine_independent
+    assert "shaped on" in h.metric and h.at == "2 rows; unseen datasets: 30.0% on 1 rows"
+    h = llm_scale_error(AnalysisInputs(scale.iloc[:3]))
+    assert h.at == "2 rows; unseen datasets: none in the repository yet"
     claims = pd.DataFrame({"claim": ["slope (needs r >= 4)", "wider is better"],
                            "measured": [None, 0.25], "ci_low": [None, -0.1],
                            "ci_high": [None, 0.6], "n": [0, 3], "unit": ["nats", "nats"],
-                           "verdict": ["not tested", "inconclusive"]})
+                           "verdict": ["not tested", "inconclusive"],
+                           "reading": ["not tested", "direction inconclusive"]})
     h = first_claim(AnalysisInputs(train, claims=claims))  # the first claim the run tested
     assert h.metric == "wider is better" and h.ci == (-0.1, 0.6)
-    assert h.text() == "0.25 nats (inconclusive)"
+    assert h.text() == "0.25 nats (direction inconclusive)"
     assert first_claim(AnalysisInputs(train, claims=claims.iloc[:1])) is None
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -175,8 +176,8 @@ def _pma_section(**kw):
                "checkpoint_every": 2, "intervals": [1, 2], "counts": [3, 4],
                "methods": ["sma", "ema:0.5", "wma"], "merge_every": 6,
                "headline": {"method": "sma", "n": 3, "interval": 1},
-               "decay": {"steps": [4]}, "spike": {"steps": 2, "resume_steps": 4},
-               "device": "cpu", **kw}
+               "decay": {"steps": [4], "early_end": 6}, "spike": {"steps": 2, "resume_steps": 4},
+               "stable": {"window": 6}, "device": "cpu", **kw}
     return validate({"pma": section})["pma"]
 
 
@@ -188,6 +189,8 @@ def _pma_section(**kw):
     ({"methods": ["ema:1.5"]}, r"alpha must be in \(0, 1\]"),
     ({"decay": {"steps": [3]}}, "pma.decay.steps: 3 must be a multiple of checkpoint_every=2"),
     ({"decay": {"steps": [12]}}, r"leave at least max\(warmup_steps, checkpoint_every\) = 2"),
+    ({"decay": {"steps": [4], "early_end": 4}}, r"early_end=4 must be a merge point"),
+    ({"stable": {"window": 2}}, r"pma.stable.window=2 must be shorter .* at least 3 evaluations"),
 ])
 def test_pma_section_errors(change, match):
     with pytest.raises(ConfigError, match=match):
@@ -240,6 +243,36 @@ def test_pma_run_merges_from_disk(tmp_path):
     assert sp["curves"]["last"][0]["loss"] == pytest.approx(h["latest"], abs=1e-6)
     assert sp["curves"]["spiked"][0]["loss"] == pytest.approx(sp["after_spike"], abs=1e-6)
     assert len(sp["spike_train_losses"]) == 2
+    # every branch resumes at the spike's LR (the paper's: too high to recover at), read back
+    # from its optimizer
+    assert sp["branch_lr"] == pytest.approx({b: cfg.lr * 10 for b in ("merged", "last",
+                                                                       "spiked")})
+    assert sp["resume_lr_factor"] == sp["lr_factor"] == 10
+    # merging early in the decay: its checkpoints up to the decay's middle (8 + 2)
+    assert dec["merged_early_in_decay_steps"] == [10]
+    assert dec["merged_early_in_decay"] == pytest.approx(dec["curve"][0]["loss"], abs=1e-6)
+    # the early fork: leaves at 6 - 4 = 2, anneals to step 6, beside the merge at 6
+    early = d["early_fork"]
+    assert (early["end_step"], early["decay_steps"]) == (6, 4)
+    assert early["latest"] == next(c["latest"] for c in d["curve"] if c["step"] == 6)
+    assert early["merged"] == pytest.approx(next(
+        g["merged"] for g in d["merges"]
+        if (g["step"], g["method"], g["n"], g["interval_steps"]) == (6, "sma", 3, 2)), abs=1e-6)
+    # the stable-phase check: the held-out slope over the last 6 steps, per 100 steps
+    st = d["stable"]
+    tail = [(c["step"], c["latest"]) for c in d["curve"] if c["step"] >= 6]
+    slope = np.polyfit(*np.array(tail).T, 1)[0] * 100
+    assert st["points"] == 4 and st["slope_per_100_steps"] == pytest.approx(slope)
+    assert st["met"] == (slope >= -st["max_slope"])
+
+
+def test_pma_spike_branches_resume_at_the_configured_lr(tmp_path):
+    rec = pma_merging.run(_pma_section(spike={"steps": 2, "resume_steps": 2,
+                                              "resume_lr_factor": 0.5}), 0, tmp_path / "ck")
+    assert rec.status.value == "ok", rec.reason
+    lr = rec.config["train"]["lr"]
+    assert rec.derived["spike"]["branch_lr"] == pytest.approx(
+        {"merged": lr * 0.5, "last": lr * 0.5, "spiked": lr * 0.5})
 
 
 def test_pma_run_removes_checkpoints_by_default(tmp_path):

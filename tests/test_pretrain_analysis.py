@@ -115,16 +115,36 @@ def test_vwn_claims_table():
     table = vwn_analysis.claims(curves, 1000, pd.read_csv(PAPER / "vwn_headline.csv"),
                                 pd.read_csv(PAPER / "vwn_table1_a0.8b_m8_500b_tokens.csv"))
     assert list(table.columns) == CLAIM_COLUMNS
-    slope = table[table.claim.str.startswith("loss falls log-linearly")].iloc[0]
+    slope = table[table.claim.str.startswith("loss falls in log2 r")].iloc[0]
     assert slope.paper_value == -0.0069 and slope.verdict == "reproduced" and slope.measured < 0
+    # a tiny run: the paper's sizes are shown, not judged
+    assert (slope.kind, slope.size_verdict, slope.size_tested) == ("size", "not expected", False)
     drop8 = table[table.claim.str.startswith("next-token loss drop at r = 8")].iloc[0]
     assert drop8.paper_value == 0.035 and drop8.verdict == "reproduced"
     eff = table[table.claim.str.startswith("next-token token efficiency")].iloc[0]
     assert eff.paper_value == 2.5 and eff.measured == pytest.approx(1.6, rel=0.01)
-    assert eff.verdict == "reproduced"
+    assert eff.verdict == "reproduced" and pd.notna(eff.ci_high)  # nothing censored
+    # log-linearity itself, against a curved fit over every r (1, 2, 4, 8)
+    bend = table[table.claim.str.startswith("the relation is approximately log-linear")].iloc[0]
+    assert bend.kind == "equivalence" and bend.n == 3 and "R^2" in bend.note
+    grows = table[table.claim.str.startswith("the advantage grows")].iloc[0]
+    assert grows.kind == "direction" and grows.n == 3
     # next-2-token gains equal next-token gains here: the "exceed" claim cannot be reproduced
     exceed = table[table.claim.str.startswith("next-2-token gains exceed")].iloc[0]
     assert exceed.verdict != "reproduced"
+
+
+def test_a_seed_the_baseline_never_catches_counts_at_the_cap():
+    """r = 8 at S = 3.5 against a baseline run 3 T long: S is censored at 3 for every seed,
+    and the claim reports that lower bound (the old table dropped the seeds: no value)."""
+    curves = vwn_analysis.with_gaps(_synthetic_curves({2.0: 1.2, 8.0: 3.5}, length=3))
+    table = vwn_analysis.claims(curves, 1000, pd.read_csv(PAPER / "vwn_headline.csv"),
+                                pd.read_csv(PAPER / "vwn_table1_a0.8b_m8_500b_tokens.csv"))
+    eff = table[table.claim.str.startswith("next-token token efficiency")].iloc[0]
+    assert eff.measured == pytest.approx(3.0) and pd.isna(eff.ci_high)
+    assert "3 of 3 seed(s) censored at the cap 3" in eff.note
+    assert eff.verdict == "reproduced"  # every seed at least 3: above 1
+    assert eff.reading.startswith("at least: direction reproduced")
 
 
 def test_summary_pairs_seeds_and_lists_failures(tmp_path):
@@ -176,7 +196,8 @@ def test_pma_grid_curves_and_claims(pma_records):
             "spike-spiked"} <= set(curves.kind)
     assert list(claims.columns) == CLAIM_COLUMNS
     assert set(claims.verdict) <= {"reproduced", "not reproduced", "inconclusive", "not tested"}
-    head = claims[claims.claim.str.startswith("merging in the constant-LR phase")].iloc[0]
+    assert {"direction", "equivalence"} <= set(claims.kind)
+    head = claims[claims.claim.str.startswith("merging in the stable (constant-LR) phase")].iloc[0]
     assert head.n == 2
     # the measured value is the mean over seeds of latest - merged of the headline setting
     from suite.records import read_record
@@ -184,6 +205,18 @@ def test_pma_grid_curves_and_claims(pma_records):
              for r in map(read_record, pma_records)]
     assert head.measured == pytest.approx(np.mean(gains))
     assert "not tested" in set(claims.verdict)  # the V-vs-model-size claim, one size here
+    # 12 steps never reach the stable phase: its claims keep their values, not their verdicts
+    stable = [read_record(p).derived["stable"]["met"] for p in pma_records]
+    assert not all(stable) and head.verdict == "not tested"
+    assert head.reading.startswith("not tested: ") and "stable phase" in head.reading
+    comparable = claims[claims.claim.str.startswith("the merged constant-LR model is "
+                                                    "comparable")].iloc[0]
+    assert comparable.kind == "equivalence" and comparable.verdict == "not tested"
+    early = claims[claims.claim.str.startswith("early in training too")].iloc[0]
+    assert early.kind == "equivalence" and early.verdict != "not tested"  # not gated
+    for text in ("merging early in annealing", "early in training more checkpoints hurt",
+                 "late in training more checkpoints help"):
+        assert claims.claim.str.startswith(text).sum() == 1, text
 
 
 def test_pma_failed_run_is_listed(tmp_path, pma_records):

@@ -316,9 +316,10 @@ def test_mtp_loss_pieces():
     logits, parts = model(inp, targets, return_parts=True)
     assert isinstance(parts, LossParts)
     next_token = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-1)
-    h = model.reduce(model.norm_out(model.features(inp)))
-    # position t: hidden at t, embedding of token t+1 (= inp[:, t+1]), predicts targets[:, t+1]
-    logits2 = model.lm_head(model.mtp(h[:, :-1], model.wte(inp[:, 1:])))
+    wide = model.features(inp)
+    # position t: wide state at t, embedding of token t+1 (= inp[:, t+1]), predicts
+    # targets[:, t+1], through the main model's output path
+    logits2 = model.output(model.mtp(wide[:, :-1], model.wte(inp[:, 1:])))
     next_2 = F.cross_entropy(logits2.flatten(0, 1), targets[:, 1:].flatten(), ignore_index=-1)
     torch.testing.assert_close(parts.next_token, next_token)
     torch.testing.assert_close(parts.next_2_token, next_2)
@@ -336,12 +337,32 @@ def test_mtp_sees_only_up_to_the_next_token():
     changed[:, 7] = (changed[:, 7] + 1) % TINY["vocab_size"]
 
     def mtp_logits(ids):
-        h = model.reduce(model.norm_out(model.features(ids)))
-        return model.lm_head(model.mtp(h[:, :-1], model.wte(ids[:, 1:])))
+        wide = model.features(ids)
+        return model.output(model.mtp(wide[:, :-1], model.wte(ids[:, 1:])))
 
     before, after = mtp_logits(idx), mtp_logits(changed)
     assert torch.equal(before[:, :6], after[:, :6])  # positions < 6 see tokens <= 6
     assert not torch.allclose(before[:, 6], after[:, 6])  # position 6 reads token 7's embedding
+
+
+def test_mtp_head_costs_the_same_parameters_at_every_width():
+    """The paper's MTP head: a block-wise shared linear at the cost of r = 1. Its mixing (norms
+    and linear) and block have the same parameters at r = 1 and r = 8 (one m); its VWN layer's
+    GHCs cost what a backbone layer's do (none in the frozen r = 1 baseline)."""
+    count = lambda mod: sum(p.numel() for p in mod.parameters())  # noqa: E731
+
+    def head(model):
+        return count(model.mtp) - sum(count(g) for g in model.mtp.modules()
+                                      if isinstance(g, GHC))
+
+    base = _model(m=2, n=2, ghc_trainable=False, mtp=True)
+    wide = _model(m=2, n=16, dynamic=True, mtp=True)
+    assert head(base) == head(wide) > 0
+    assert count(base.mtp) == head(base)  # the baseline's GHCs: frozen, no parameters
+    layer_ghc = sum(count(g) for g in wide.layers[0].modules() if isinstance(g, GHC))
+    assert count(wide.mtp) - head(wide) == layer_ghc
+    assert vwn_cost(wide.config).params_mtp == count(wide.mtp)
+    assert vwn_cost(base.config).params_mtp == count(base.mtp)
 
 
 def test_without_mtp_there_is_one_loss():
@@ -385,8 +406,10 @@ def test_cost_hand_checked():
     dyn = vwn_cost(VWNConfig(**{**cfg.__dict__, "dynamic": True, "mtp": True}))
     assert dyn.params_ghc == 64 + 2 * (4 * (4 + 2) + 4 * 2 + 2)  # + W_A, W_B, s_A, s_B
     assert dyn.flops_ghc == 2 * 512  # the projections N W_A, N W_B cost as much again
-    assert dyn.params_mtp == 16 + 32 + (8 + 16) * 8 + 872 + 16  # norms, projection, block, norm
-    assert dyn.flops_mtp == 2 * 24 * 8 + 1664 + 176  # projection, block, shared head
+    # two norms at the segment width s = 4, the shared 2s -> s linear, the block, its 2 GHCs
+    assert dyn.params_mtp == 2 * 8 + 2 * 4 * 4 + 872 + 2 * (4 * 6 + 2 * 4 + 4 * 8 + 2)
+    # the linear on each of the n = 4 segments, the block, its GHCs, the shared output path
+    assert dyn.flops_mtp == 4 * 2 * 32 + 1664 + 2 * 512 + 432
 
 
 @pytest.mark.parametrize("overrides", [
@@ -401,7 +424,8 @@ def test_cost_params_match_the_modules(overrides):
     c = vwn_cost(cfg)
     count = lambda mods: sum(p.numel() for mod in mods for p in mod.parameters())  # noqa: E731
     assert c.params_backbone == count(layer.block for layer in model.layers)
-    assert c.params_ghc == count(g for g in model.modules() if isinstance(g, GHC))
+    assert c.params_ghc == count(g for layer in model.layers for g in layer.modules()
+                                 if isinstance(g, GHC))
     assert c.params_total == sum(p.numel() for p in model.parameters())
     assert c.params_mtp == (count([model.mtp]) if cfg.mtp else 0)
     assert c.baseline_params == sum(p.numel() for p in GPT(cfg.backbone()).parameters())
@@ -448,5 +472,7 @@ def test_frozen_baseline_model_counts():
     cost, cost_init = vwn_cost(base.config), vwn_cost(init.config)
     assert cost.params_ghc == 0 and cost.flops_ghc == 0
     assert cost_init.params_ghc > 0 and cost_init.flops_ghc > 0
-    assert base.num_params(False) == init.num_params(False) - cost_init.params_ghc
+    mtp_ghc = sum(p.numel() for g in init.mtp.modules() if isinstance(g, GHC)
+                  for p in g.parameters())  # the MTP module's VWN layer has GHCs too
+    assert base.num_params(False) == init.num_params(False) - cost_init.params_ghc - mtp_ghc
     assert cost.params_total == base.num_params(False)

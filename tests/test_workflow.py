@@ -103,7 +103,7 @@ def tiny_config(baselines, studies=True):
             "train": {**PRETRAIN, "steps": 12, "eval_every": 4},
             "checkpoint_every": 2, "intervals": [1, 2], "counts": [3, 4], "merge_every": 6,
             "headline": {"method": "sma", "n": 3, "interval": 1}, "decay": {"steps": [4]},
-            "spike": {"steps": 2, "resume_steps": 4},
+            "spike": {"steps": 2, "resume_steps": 4}, "stable": {"window": 6},
         },
     }
 
@@ -337,7 +337,7 @@ def test_every_training_run_passed_its_gate_with_mfu_on_the_measured_peak(full_r
     assert list(ablation.step) == list(range(7)) and ablation.mfu_fixed_percent.notna().all()
     for experiment in ("llm_mfu", "llm_engines", "llm_ablation", "llm_loss", "llm_scale"):
         assert f'<h2 id="{experiment}">' in html
-    assert "Held-out error: megascale_table2 / Megatron-LM" in html
+    assert "these datasets): megascale_table2 / Megatron-LM" in html
     assert "Gain of each step in MFU points" in html
 
 

@@ -14,7 +14,8 @@ from typing import Any
 
 import pandas as pd
 
-from suite.analysis.verdicts import CLAIM_COLUMNS, claim, not_tested
+from suite.analysis.verdicts import (CLAIM_COLUMNS, claim, equivalence_claim, not_tested,
+                                     withheld)
 from suite.analysis.tables import read_checked
 from suite.records import Record
 from suite.measure.stats import mean_ci
@@ -96,20 +97,25 @@ def _merged_at(rec: Record, step: int, method: str, n: int, interval: int) -> fl
 
 
 def claims(runs: list[tuple[Path, Record]], headline: pd.DataFrame) -> pd.DataFrame:
+    """The paper's claims, each of its kind (``suite.analysis.verdicts``). The claims about
+    merging in the stable phase are withheld (not tested) where a run did not reach it
+    (``pma_merging.stable_phase``); their measured values stay in the table."""
     ok = [rec for _, rec in runs if rec.status.value == "ok"]
     if not ok:
         return pd.DataFrame(columns=CLAIM_COLUMNS)
     paper = dict(zip(headline.claim, headline.value))
     h = ok[0].derived["headline"]
     setting = f"{h['method'].upper()} of N = {h['n']} checkpoints, V = {h['interval']} x V0"
-    rows = [claim(PAPER, f"merging in the constant-LR phase beats the latest checkpoint "
-                  f"({setting}, set before the run)",
-                  f"HumanEval {paper.get('HumanEval 1.3B/13B latest -> merged', '?')}",
-                  [r.derived["headline"]["latest"] - r.derived["headline"]["merged"]
-                   for r in ok], sign=1, unit="nats (latest - merged)",
-                  note="the paper measures downstream accuracy; held-out loss here")]
-    rows += _annealing_claims(ok)
+    stable = _stable_gate(ok)
+    rows = [stable(claim(PAPER, f"merging in the stable (constant-LR) phase beats the latest "
+                         f"checkpoint ({setting}, set before the run)",
+                         f"HumanEval {paper.get('HumanEval 1.3B/13B latest -> merged', '?')}",
+                         [r.derived["headline"]["latest"] - r.derived["headline"]["merged"]
+                          for r in ok], sign=1, unit="nats (latest - merged)",
+                         note="the paper measures downstream accuracy; held-out loss here"))]
+    rows += _annealing_claims(ok, stable)
     rows += _ranking_claims(ok, paper)
+    rows += _count_claims(ok, stable)
     rows += _spike_claims(ok, paper)
     rows.append(not_tested(PAPER, "the best interval V grows with model size",
                            f"{paper.get('best interval V (1.3B/13B MoE)', '?')} at 1.3B/13B", "",
@@ -117,52 +123,105 @@ def claims(runs: list[tuple[Path, Record]], headline: pd.DataFrame) -> pd.DataFr
     return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
 
 
-def _annealing_claims(ok: list[Record]) -> list[dict]:
-    """The merged constant-LR model against the longest decay fork, and merging in the decay."""
+def _stable_gate(ok: list[Record]):
+    """A function that withholds a row's verdict unless every run reached the stable phase."""
+    checks = [r.derived.get("stable") for r in ok]
+    if any(c is None for c in checks):
+        why = "the records predate the stable-phase check"
+    else:
+        short = [c for c in checks if not c["met"]]
+        why = None if not short else (
+            f"{len(short)} of {len(checks)} runs had not reached the stable phase (held-out "
+            f"slope over the last {short[0]['window']} steps "
+            + ", ".join(f"{c['slope_per_100_steps']:+.3f}" for c in short)
+            + f" nats per 100 steps; stable means no steeper than -{short[0]['max_slope']:g})")
+    return (lambda row: row) if why is None else (lambda row: withheld(row, why))
+
+
+def _margin(rec: Record) -> float:
+    return float(rec.config.get("equivalence_margin", 0.02))
+
+
+def _annealing_claims(ok: list[Record], stable) -> list[dict]:
+    """The merged constant-LR model against annealed forks: at the end of the run (and how much
+    of the annealing gain merging recovers), early in training, and merging early in the
+    decay against its end."""
     longest = [max(r.derived["decays"], key=lambda d: d["decay_steps"])
                for r in ok if r.derived["decays"]]
     if not longest:
         return []
-    d = longest[0]["decay_steps"]
+    d, margin = longest[0]["decay_steps"], _margin(ok[0])
     diff = [r.derived["headline"]["merged"] - dec["annealed"] for r, dec in zip(ok, longest)]
-    frac = [(r.derived["headline"]["latest"] - r.derived["headline"]["merged"])
+    frac = [100 * (r.derived["headline"]["latest"] - r.derived["headline"]["merged"])
             / (r.derived["headline"]["latest"] - dec["annealed"])
             for r, dec in zip(ok, longest)
             if r.derived["headline"]["latest"] != dec["annealed"]]
-    fr = mean_ci(frac) if frac else None
-    return [claim(PAPER, f"the merged constant-LR model is as good as the annealed one "
-                  f"at equal tokens (a fork that decays the LR to 0 over the last {d} "
-                  f"steps)", "comparable (Fig. 3)",
-                  diff, sign=-1, unit="nats (merged - annealed)", null=0.0,
-                  note=("reproduced would need merged <= annealed; "
-                        + (f"merging recovers {100 * fr['mean']:.0f}% "
-                           f"[{100 * fr['ci_low']:.0f}, {100 * fr['ci_high']:.0f}] of "
-                           f"the annealing gain" if fr else ""))),
-            claim(PAPER, "merging inside the decay improves on the annealed model "
-                  f"(SMA of the last decay checkpoints, {d}-step fork)",
-                  "not stated; measured for completeness",
-                  [dec["annealed"] - dec["merged_in_decay"] for dec in longest],
-                  sign=1, unit="nats (annealed - merged in decay)",
-                  note="while the LR falls the checkpoints lag the annealed model: "
-                       "a negative value means merging them costs")]
+    rows = [stable(equivalence_claim(
+                PAPER, f"the merged constant-LR model is comparable to the annealed one at "
+                f"equal tokens (a fork that decays the LR to 0 over the last {d} steps)",
+                "comparable (Fig. 3)", diff, margin=margin, unit="nats (merged - annealed)")),
+            stable(claim(PAPER, "merging recovers part of the annealing gain ((latest - merged) "
+                         "/ (latest - annealed))", "comparable: about 100%", frac, sign=1,
+                         unit="%", note="100% = as good as annealing; the paper gives no number"))]
+    early = [r.derived.get("early_fork") for r in ok]
+    if all(early):
+        rows.append(equivalence_claim(
+            PAPER, f"early in training too: the merge at step {early[0]['end_step']} is "
+            f"comparable to a {early[0]['decay_steps']}-step annealed fork ending there",
+            "comparable (Fig. 3)", [e["merged"] - e["annealed"] for e in early], margin=margin,
+            unit="nats (merged - annealed)"))
+    else:
+        rows.append(not_tested(PAPER, "early in training too: the merge is comparable to an "
+                               "annealed fork ending at the same step", "comparable (Fig. 3)",
+                               "nats", "no early fork was run (pma.decay.early_end: 0)",
+                               kind="equivalence"))
+    inside = [dec for dec in longest if dec.get("merged_early_in_decay") is not None]
+    if inside:
+        rows.append(equivalence_claim(
+            PAPER, f"merging early in annealing (SMA of the {d}-step decay's first-half "
+            f"checkpoints) is comparable to the fully annealed model", "comparable (Fig. 2)",
+            [dec["merged_early_in_decay"] - dec["annealed"] for dec in inside], margin=margin,
+            unit="nats (merged early - annealed)",
+            note="the merge has seen half the decay's tokens"))
+    rows.append(claim(PAPER, "merging inside the decay improves on the annealed model "
+                      f"(SMA of the last decay checkpoints, {d}-step fork)",
+                      "not stated; measured for completeness",
+                      [dec["annealed"] - dec["merged_in_decay"] for dec in longest],
+                      sign=1, unit="nats (annealed - merged in decay)",
+                      note="while the LR falls the checkpoints lag the annealed model: "
+                           "a negative value means merging them costs"))
+    return rows
+
+
+def _after_warmup(rec: Record, steps: list[int], n: int, v: int) -> list[int]:
+    """The merge points whose oldest merged checkpoint is past warm-up."""
+    warmup = rec.config["train"]["warmup_steps"]
+    return [t for t in steps if t - (n - 1) * v > warmup]
 
 
 def _ranking_claims(ok: list[Record], paper: dict) -> list[dict]:
-    """Method ranking early vs late: WMA against SMA at the headline N and V."""
+    """Method ranking early vs late: WMA against SMA at the headline N and V, the early point
+    the first whose checkpoints are all past warm-up."""
     h = ok[0].derived["headline"]
     n, v = h["n"], h["interval"] * ok[0].workload["checkpoint_every"]
-    steps = sorted({g["step"] for g in ok[0].derived["merges"]
-                    if g["n"] == n and g["interval_steps"] == v})
+    steps = _after_warmup(ok[0], sorted({g["step"] for g in ok[0].derived["merges"]
+                                         if g["n"] == n and g["interval_steps"] == v}), n, v)
     if len(steps) < 2:
-        return []
+        why = (f"needs two merge points whose N = {n} checkpoints, V = {v} apart, are all past "
+               f"warm-up; the run has {len(steps)}")
+        return [not_tested(PAPER, "early in training WMA merges better than SMA",
+                           paper.get("method ranking early in training"), "nats", why),
+                not_tested(PAPER, "the methods' differences vanish later",
+                           "differences vanish later", "nats", why)]
     early, late = steps[0], steps[-1]
 
     def gap(rec: Record, step: int) -> float | None:
         s, w = (_merged_at(rec, step, "sma", n, v), _merged_at(rec, step, "wma", n, v))
         return None if s is None or w is None else s - w
 
-    return [claim(PAPER, f"early in training WMA merges better than SMA (step {early}, "
-                  f"N = {n}, V = {v})", paper.get("method ranking early in training"),
+    return [claim(PAPER, f"early in training WMA merges better than SMA (step {early}, the "
+                  f"first merge past warm-up; N = {n}, V = {v})",
+                  paper.get("method ranking early in training"),
                   [gap(r, early) for r in ok], sign=1, unit="nats (SMA - WMA)",
                   note="Fig. 4; EMA(0.1), EMA(0.2) are in the grid"),
             claim(PAPER, f"the methods' differences vanish later (|SMA - WMA| at step "
@@ -172,19 +231,56 @@ def _ranking_claims(ok: list[Record], paper: dict) -> list[dict]:
                   sign=1, unit="nats", note="Fig. 4")]
 
 
+def _count_claims(ok: list[Record], stable) -> list[dict]:
+    """More checkpoints N: worse early in training, better late (the paper's Fig. 5), at the
+    headline method and V, the fewest against the most N run."""
+    h = ok[0].derived["headline"]
+    v = h["interval"] * ok[0].workload["checkpoint_every"]
+    grid = [g for g in ok[0].derived["merges"] if g["interval_steps"] == v
+            and g["method"] == h["method"]]
+    counts = sorted({g["n"] for g in grid})
+    few, many = counts[0], counts[-1]
+    steps = _after_warmup(ok[0], sorted({g["step"] for g in grid if g["n"] == many}), many, v)
+    if len(counts) < 2 or len(steps) < 2:
+        why = (f"needs two counts N and two merge points whose N = {many} checkpoints are all "
+               f"past warm-up; the run has {len(counts)} and {len(steps)}")
+        return [not_tested(PAPER, "early in training more checkpoints hurt",
+                           "N = 15 worse early (Fig. 5)", "nats", why),
+                not_tested(PAPER, "late in training more checkpoints help",
+                           "N = 15 best late (Fig. 5)", "nats", why)]
+    early, late = steps[0], steps[-1]
+
+    def edge(rec: Record, step: int) -> float | None:  # the many's gain over the few's
+        a, b = (_merged_at(rec, step, h["method"], few, v),
+                _merged_at(rec, step, h["method"], many, v))
+        return None if a is None or b is None else a - b
+
+    what = f"{h['method'].upper()}, V = {v}"
+    return [claim(PAPER, f"early in training more checkpoints hurt (N = {many} vs {few} at "
+                  f"step {early}, {what})", "N = 15 worse early (Fig. 5)",
+                  [edge(r, early) for r in ok], sign=-1, unit=f"nats (N={few} - N={many})"),
+            stable(claim(PAPER, f"late in training more checkpoints help (N = {many} vs {few} "
+                         f"at step {late}, {what})", "N = 15 best late (Fig. 5)",
+                         [edge(r, late) for r in ok], sign=1,
+                         unit=f"nats (N={few} - N={many})"))]
+
+
 def _spike_claims(ok: list[Record], paper: dict) -> list[dict]:
-    """Recovery from a loss spike: the merged restart against the spiked and last weights."""
+    """Recovery from a loss spike under an LR too high to recover at: the merged restart
+    against the spiked and the last pre-spike weights, every branch at the resume LR."""
     spikes = [r.derived["spike"] for r in ok if r.derived.get("spike")]
     if not spikes:
         return []
     rise = mean_ci([s["after_spike"] - s["pre_spike_loss"] for s in spikes])
-    note = (f"the raised LR (x{spikes[0]['lr_factor']:g} for the spike's steps) lifted the "
-            f"held-out loss by {rise['mean']:.3f} nats on average")
+    s0 = spikes[0]
+    note = (f"the raised LR (x{s0['lr_factor']:g} for the spike's steps) lifted the held-out "
+            f"loss by {rise['mean']:.3f} nats on average; every branch resumed at "
+            f"x{s0['resume_lr_factor']:g} the LR")
     if rise["mean"] <= 0:
         note = "no spike was caused (held-out loss did not rise): " + note
-    return [claim(PAPER, f"resuming from the SMA of {len(spikes[0]['pre_spike_steps'])} "
-                  f"pre-spike checkpoints recovers (vs continuing from the spiked "
-                  f"weights, after {spikes[0]['resume_steps']} steps)",
+    return [claim(PAPER, f"resuming from the SMA of {len(s0['pre_spike_steps'])} pre-spike "
+                  f"checkpoints recovers at the spike's LR (vs continuing from the spiked "
+                  f"weights, after {s0['resume_steps']} steps)",
                   paper.get("loss spike recovery"),
                   [s["final"]["spiked"] - s["final"]["merged"] for s in spikes],
                   sign=1, unit="nats (spiked - merged)", note=note),

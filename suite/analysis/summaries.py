@@ -53,8 +53,10 @@ def llm_scale(inputs: AnalysisInputs) -> str:
              "synchronization cost that grows with the nodes; signed error by nodes: "
              + "; ".join(f"{u.system} ({u.trend()})" for u in unfitted) + "."
              if unfitted else "")
-    return ("Held-out error: " + "; ".join(parts) + f". Of the {memory.fit_checked.sum()} "
-            "published runs that ran whole (memory is never fitted), the memory model marks "
+    return ("Error on the rows held out from the fit (not unseen: the model's terms were shaped "
+            "while reading these datasets): " + "; ".join(parts)
+            + f". Of the {memory.fit_checked.sum()} published runs that ran whole (memory is "
+            "never fitted), the memory model marks "
             f"{memory.ran_marked_oom.sum()} as too big to fit." + scale)
 
 

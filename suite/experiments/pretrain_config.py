@@ -186,6 +186,21 @@ def check_section(pma: dict[str, Any]) -> PretrainConfig:
                               f"and leave at least max(warmup_steps, checkpoint_every) = "
                               f"{max(cfg.warmup_steps, v0)} constant-LR steps before the fork "
                               f"(the fork leaves the run at step steps - d; steps={steps})")
+    early = pma["decay"]["early_end"]
+    if early:
+        longest = max(pma["decay"]["steps"])
+        if (early % pma["merge_every"] or early >= steps or early - span < v0
+                or early - longest < max(cfg.warmup_steps, v0)):
+            raise ConfigError(
+                f"pma.decay.early_end={early} must be a merge point (a multiple of "
+                f"merge_every={pma['merge_every']}) before the end ({steps}), late enough for "
+                f"the headline merge's span of {span} steps (>= {span + v0}) and for a fork of "
+                f"the longest decay ({longest} steps) to leave after warm-up "
+                f"(>= {longest + max(cfg.warmup_steps, v0)})")
+    if pma["stable"]["window"] >= steps or pma["stable"]["window"] < 2 * v0:
+        raise ConfigError(f"pma.stable.window={pma['stable']['window']} must be shorter than "
+                          f"the run ({steps} steps) and hold at least 3 evaluations "
+                          f"(>= {2 * v0}: checkpoint_every={v0})")
     if pma["spike"]["enabled"] and pma["spike"]["checkpoints"] * v0 > steps:
         raise ConfigError(f"pma.spike.checkpoints={pma['spike']['checkpoints']} needs "
                           f"{pma['spike']['checkpoints'] * v0} steps of checkpoints "

@@ -273,7 +273,14 @@ _SPECS = [
              "transformer with the same output path and MTP module) and trains longer so "
              "that S(T) can be read off its curve. Losses compare at the wide runs' token "
              "count, paired by seed. The paper's numbers are an A0.8B-A3.3B MoE after "
-             "hundreds of billions of tokens: compare directions, not sizes."),
+             "hundreds of billions of tokens: below that scale the claims judge directions "
+             "and show sizes untested. Where this model departs from the paper: the "
+             "GroupNorm before W_reduce normalizes n groups of D/m features (the paper's "
+             "groups of D need an integer r; r = 1.5 is run); the dynamic GHC's s_A and s_B "
+             "are learned scalars where the paper has matrices (a scalar is a matrix with "
+             "every entry tied: a restriction, not an equivalent form); the next-2-token "
+             "module follows the paper (a shared linear at r = 1's cost, one VWN layer) with "
+             "its block one segment of D/m features."),
     ExperimentSpec(
         "pma_merging",
         "checkpoint merging in pre-training (PMA): merged vs latest checkpoint, vs annealing, "
@@ -286,9 +293,12 @@ _SPECS = [
         paper={"headline": "pma_headline.csv"},
         note="reference_impl.merging on the checkpoints of one constant-LR GPT run per "
              "seed, saved every V0 steps: SMA, EMA and WMA of N checkpoints V apart, at "
-             "several points of training; forks that decay the LR to 0 over the last "
-             "steps (annealed models at the same tokens as the merges) and merging inside "
-             "them; a loss spike caused by a raised LR, then resumed from the SMA of the "
+             "several points of training; whether the run reached the stable phase (the "
+             "held-out slope over its last steps, checked before merging: the claims about "
+             "it are not tested where it did not); forks that decay the LR to 0 over the "
+             "last steps, and one ending early in training (annealed models at the same "
+             "tokens as the merges), with merging inside them and early in them; a loss "
+             "spike caused by a raised LR, then resumed at that LR from the SMA of the "
              "pre-spike checkpoints, from the last one, and from the spiked weights. Loss is "
              "held-out next-token loss; the paper reports downstream accuracy of MoE models."),
 ]

@@ -23,6 +23,7 @@ from suite.measure.correctness import REFERENCE, TOLERANCE
 from suite.models import WEIGHTS
 from suite.measure.load import NOISY_CV, NOISY_OTHER_CPUS
 from suite.analysis.tidy import read_table
+from suite.analysis.verdicts import METHOD_NOTE
 from suite.experiments.registry import SPECS, ExperimentSpec
 from suite.peak.cpu_theory import isa_summary
 from suite.peak.schema import read_peak
@@ -109,7 +110,8 @@ def render_report(sections: list[Section], out: Path, *, machines: list[Machine]
         config_text=Path(config_path).read_text() if config_path else None,
         timing=next((a["provenance"]["timing"] for k, a in analyses.items()
                      if k[0] == first and a.get("provenance", {}).get("timing")), {}),
-        reference=REFERENCE, tolerance=TOLERANCE, weights=WEIGHTS.as_dict(),
+        claims_note=METHOD_NOTE, reference=REFERENCE, tolerance=TOLERANCE,
+        weights=WEIGHTS.as_dict(),
         gated_before_weights=_gated_before_weights(frames, by_path),
         noise_thresholds={"cv": NOISY_CV, "other_cpus": NOISY_OTHER_CPUS},
         peaks=[(m.label, peaks[m.path]) for m in machines],
