@@ -75,6 +75,23 @@ def test_all_failed_still_renders(tmp_path):
     assert "no GPU" in html and "unavailable" in html
 
 
+def test_an_analysis_of_another_version_is_not_rendered_half_understood(tmp_path):
+    """An analysis.json from before claims had kinds: the report names the file and the fix
+    instead of failing inside the template."""
+    import json
+
+    paths = write_all(tmp_path, [record("torch-eager", 64, [0.01, 0.011]),
+                                 record("reference", 64, [0.004, 0.005], padding_free=True)])
+    section = report_section(tmp_path, "bert_varlen", tidy_table(paths), records=paths)
+    html = render_report([section], tmp_path / "index.html").read_text()
+    assert "ByteTransformer's claims, measured here" in html and "size tested" in html
+    old = json.loads(section.analysis.read_text())
+    section.analysis.write_text(json.dumps({**old, "analysis_version": 2}))
+    with pytest.raises(ValueError, match=r"analysis_version 2, this suite renders 3: build it "
+                                         r"again"):
+        render_report([section], tmp_path / "index.html")
+
+
 def test_each_row_names_the_weights_its_gate_ran_with_and_the_report_counts_the_old_ones(
         tmp_path):
     """A record gated with the drawn weights says their version; one of the same gate without

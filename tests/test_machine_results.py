@@ -134,15 +134,18 @@ def test_train_scale_and_claim_headlines():
     assert "shaped on" in h.metric and h.at == "2 rows; unseen datasets: 30.0% on 1 rows"
     h = llm_scale_error(AnalysisInputs(scale.iloc[:3]))
     assert h.at == "2 rows; unseen datasets: none in the repository yet"
-    claims = pd.DataFrame({"claim": ["slope (needs r >= 4)", "wider is better"],
-                           "measured": [None, 0.25], "ci_low": [None, -0.1],
-                           "ci_high": [None, 0.6], "n": [0, 3], "unit": ["nats", "nats"],
-                           "verdict": ["not tested", "inconclusive"],
-                           "reading": ["not tested", "direction inconclusive"]})
+    claims = pd.DataFrame({"claim": ["slope (needs r >= 4)", "stable only", "wider is better"],
+                           "kind": ["direction", "direction", "size"],
+                           "measured": [None, 0.1, 0.25], "ci_low": [None, 0.0, -0.1],
+                           "ci_high": [None, 0.2, 0.6], "n": [0, 3, 3],
+                           "unit": ["nats"] * 3,
+                           "verdict": ["not tested", "not tested", "inconclusive"],
+                           "size_tested": [False, False, False],
+                           "size_verdict": [None, None, "not expected"]})
     h = first_claim(AnalysisInputs(train, claims=claims))  # the first claim the run tested
     assert h.metric == "wider is better" and h.ci == (-0.1, 0.6)
-    assert h.text() == "0.25 nats (direction inconclusive)"
-    assert first_claim(AnalysisInputs(train, claims=claims.iloc[:1])) is None
+    assert h.text() == "0.25 nats (inconclusive; size not tested)"
+    assert first_claim(AnalysisInputs(train, claims=claims.iloc[:2])) is None
 
 
 def test_a_side_by_side_cell_with_another_metric_says_its_own():

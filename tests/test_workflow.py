@@ -339,6 +339,13 @@ def test_every_training_run_passed_its_gate_with_mfu_on_the_measured_peak(full_r
         assert f'<h2 id="{experiment}">' in html
     assert "these datasets): megascale_table2 / Megatron-LM" in html
     assert "Gain of each step in MFU points" in html
+    # MegaScale's claims: the ladder's steps and LAMB's loss, each of its kind
+    for experiment in ("llm_ablation", "llm_loss"):
+        assert f'id="{experiment}-on-results-{MACHINE}-claims"' in html
+    claims = json.loads((results / "llm_ablation" / "analysis.json").read_text())["claims"]
+    assert len(claims) == 6 and {c["kind"] for c in claims} == {"size", "direction"}
+    assert sum(c["reading"].startswith("not tested: not the paper's mechanism")
+               for c in claims) == 3
 
 
 @full_run_test
@@ -357,6 +364,8 @@ def test_vwn_and_merging_runs_tables_curves_and_claims(full_run):
     for experiment in ("vwn_scaling", "pma_merging"):
         claims = pd.read_csv(results / experiment / "claims.csv")
         assert len(claims) >= 5 and claims.verdict.notna().all()
+        assert {"kind", "reading", "size_tested"} <= set(claims.columns)
+        assert claims.kind.isin(["direction", "size", "equivalence"]).all()
         assert (results / experiment / "curves.csv").stat().st_size > 0
         assert f'<h2 id="{experiment}">' in html
         assert f'id="{experiment}-on-results-{MACHINE}-claims"' in html
@@ -417,6 +426,31 @@ def test_a_new_suite_version_rebuilds_what_is_derived_and_measures_nothing(full_
     reasons = log[log.rindex("Reasons:"):]
     assert "params have changed since last execution:\n        " + ", ".join(sorted(tables)) \
         in reasons, reasons
+
+
+@full_run_test
+def test_a_changed_run_config_runs_those_points_again(full_run, capsys):
+    """A record's config is a parameter Snakemake watches: a longer merging study, or
+    another learning rate for the training runs, plans exactly those runs again (functions of
+    the output are not watched: a changed config once reused the old records). A dry run."""
+    import copy
+
+    config = copy.deepcopy(full_run.config)
+    config["pma"]["train"]["steps"] = 14
+    config["llm"]["train"]["lr"] = 0.002
+    capsys.readouterr()
+    run_workflow(full_run.workdir, config, executor="dryrun")
+    planned = job_stats(capsys.readouterr().err)
+    assert planned["pretrain_run"] == len(list(full_run.results.glob("pma_merging/*/*.json")))
+    from suite.experiments import llm_plan
+
+    def trains(cfg):
+        return {job.path(""): job.train for js in llm_plan.jobs(cfg).values() for job in js}
+
+    before, after = trains(full_run.config), trains(config)
+    changed = [p for p in after if after[p] != before.get(p)]
+    assert planned["llm_point"] == len(changed) > 0
+    assert "bert_point" not in planned and "serving_run" not in planned
 
 
 COMMITTED = sorted(m.path for m in discover(ROOT / "results") if m.published)

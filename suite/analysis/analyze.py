@@ -16,7 +16,7 @@ import pandas as pd
 from suite.experiments.registry import ExperimentSpec, load
 from suite.records import Status, read_record
 
-ANALYSIS_VERSION = 2  # 2: headline
+ANALYSIS_VERSION = 3  # 2: headline; 3: claims rows name their kind and both verdicts
 
 
 @dataclass

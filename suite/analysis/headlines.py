@@ -160,16 +160,20 @@ def llm_scale_error(inputs: AnalysisInputs) -> Headline | None:
 
 
 def first_claim(inputs: AnalysisInputs) -> Headline | None:
-    """The first claim its table step measured (the paper's headline claim where the run tested
-    it), with its interval and verdict."""
+    """The first claim its table step tested (the paper's headline claim where the run tested
+    it), with its interval and verdict: the direction's, and the size's where the row has one."""
     claims = inputs.claims
-    tested = claims[claims.measured.notna()] if claims is not None and not claims.empty \
-        else None
+    tested = claims[claims.measured.notna() & (claims.verdict != "not tested")] \
+        if claims is not None and not claims.empty else None
     if tested is None or tested.empty:
         return None
     c = tested.iloc[0]
     ci = ((float(c.ci_low), float(c.ci_high)) if pd.notna(c.get("ci_low"))
           and pd.notna(c.get("ci_high")) else None)
+    verdict = str(c.verdict)
+    if c.get("kind") == "size":
+        verdict += "; size " + (str(c.size_verdict) if c.get("size_tested") else "not tested")
+    elif c.get("kind") == "equivalence":
+        verdict = f"equivalence {verdict}"
     return Headline(str(c.claim), float(c.measured), str(c.get("unit") or ""),
-                    f"{int(c.n)} seeds" if pd.notna(c.get("n")) else "", ci,
-                    verdict=str(c.get("reading") or c.verdict))
+                    f"{int(c.n)} seeds" if pd.notna(c.get("n")) else "", ci, verdict=verdict)

@@ -201,7 +201,8 @@ def equivalence_claim(paper: str, text: str, paper_value: Any, values: Sequence[
     e = equivalence(finite, margin)
     words = {"reproduced": f"equivalent within ±{margin:g} {unit}",
              "not reproduced": f"not equivalent: wholly outside ±{margin:g} {unit}",
-             "inconclusive": f"inconclusive: the 90% interval crosses ±{margin:g} {unit}"}
+             "inconclusive": (f"inconclusive: the 90% interval crosses ±{margin:g} {unit}"
+                              if e["n"] > 1 else "inconclusive: one value, no interval")}
     return {"paper": paper, "claim": text, "kind": "equivalence", "paper_value": paper_value,
             "measured": e["mean"], "ci_low": e["ci_low"], "ci_high": e["ci_high"],
             "interval": "90% t (TOST)", "n": e["n"],
@@ -239,6 +240,15 @@ def grid_claim(paper: str, text: str, paper_value: Any, points: dict[str, float]
     return row
 
 
+def interval_claim(paper: str, text: str, paper_value: Any, measured: float, low: float,
+                   high: float, n: int, *, sign: int, unit: str, interval: str, null: float = 0.0,
+                   note: str = "", size: Size | None = None) -> dict[str, Any]:
+    """A claim whose interval comes from elsewhere (e.g. two timed medians' intervals), named
+    by ``interval``; ``n`` < 2 means there was none to judge by."""
+    return _row(paper, text, paper_value, measured, low, high, n, unit,
+                verdict(low, high, n, sign=sign, null=null), size, note, interval=interval)
+
+
 def not_tested(paper: str, text: str, paper_value: Any, unit: str, note: str, *,
                kind: str = "direction") -> dict[str, Any]:
     if kind not in KINDS:
@@ -268,7 +278,8 @@ def _row(paper: str, text: str, paper_value: Any, measured: float, low: float,
             "interval": interval, "n": n, "unit": unit, "verdict": direction,
             "size_tested": bool(size is not None and size.expected),
             "size_verdict": size_verdict,
-            "reading": _reading("direction", direction, size, measured, size_verdict),
+            "reading": _reading("direction", direction, size, measured, size_verdict)
+            + (" (one value, no interval)" if n < 2 else ""),
             "note": note}
 
 
@@ -277,7 +288,7 @@ def _reading(kind: str, direction: str, size: Size | None, measured: float,
     text = f"{kind} {direction}"
     if size is None:
         return text
-    share = f"size {measured / size.value:.2g}x of the paper's {size.value:.3g}"
+    share = f"size {measured / size.value:.2f}x of the paper's {size.value:.3g}"
     if size_verdict == "not expected":
         return f"{text}; {share} (not tested: {size.setting} not met here)"
     return f"{text}; size {size_verdict} ({share}, claim {size.describe()})"

@@ -215,6 +215,7 @@ _SPECS = [
         headline="suite.analysis.headlines:llm_ablation_gain", columns="ablation",
         paper={"table3": "megascale_table3_ablation_175b_256gpu.csv"},
         summary="suite.analysis.summaries:llm_ablation",
+        claims="suite.analysis.megascale_claims:ablation_claims",
         note="MegaScale's Table 3 ladder run here, each step keeping the previous ones. "
              "MFU is taken at the baseline's FLOP count (tokens/s x step 0's FLOPs per "
              "token), as a ladder of throughput; the paper's 175B model on 256 A100s gains "
@@ -224,6 +225,7 @@ _SPECS = [
         "llm", figure="suite.analysis.llm_plots:loss_figure",
         headline="suite.analysis.headlines:llm_loss_gap", columns="loss", curves=True,
         summary="suite.analysis.summaries:llm_loss",
+        claims="suite.analysis.megascale_claims:lamb_claims",
         note="Loss sanity on the King James Bible (bytes): AdamW at the base batch against "
              "LAMB at a larger batch with the same tokens (fewer steps), held-out loss on the "
              "last 5% of the text."),

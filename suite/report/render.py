@@ -22,6 +22,7 @@ import pandas as pd
 from suite.measure.correctness import REFERENCE, TOLERANCE
 from suite.models import WEIGHTS
 from suite.measure.load import NOISY_CV, NOISY_OTHER_CPUS
+from suite.analysis.analyze import ANALYSIS_VERSION
 from suite.analysis.tidy import read_table
 from suite.analysis.verdicts import METHOD_NOTE
 from suite.experiments.registry import SPECS, ExperimentSpec
@@ -124,9 +125,15 @@ def render_report(sections: list[Section], out: Path, *, machines: list[Machine]
 
 def _read_analysis(path: Path) -> dict[str, Any]:
     try:
-        return json.loads(Path(path).read_text())
+        analysis = json.loads(Path(path).read_text())
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: not valid JSON ({e})") from e
+    version = analysis.get("analysis_version")
+    if version != ANALYSIS_VERSION:
+        raise ValueError(f"{path}: analysis_version {version!r}, this suite renders "
+                         f"{ANALYSIS_VERSION}: build it again from its table (delete it and run "
+                         f"make report, or seedbench analyze)")
+    return analysis
 
 
 def _slug(text: str) -> str:

@@ -91,9 +91,9 @@ def llm_steplogs(wildcards):
     return [p.removesuffix(".json") + ".steps.jsonl" for p in records(wildcards)]
 
 
-def llm_job(wildcards, output=None):
-    """The planned run of an llm_point job (resources get no ``output``: the path is rebuilt
-    from the wildcards)."""
+def llm_job(wildcards):
+    """The planned run of an llm_point job, from the wildcards alone: Snakemake's params trigger
+    counts only params that are functions of the wildcards (resources get no output either)."""
     return LLM_JOBS[f"{RESULTS}/{wildcards.experiment}/{wildcards.label}/{wildcards.trainer}.json"]
 
 
@@ -104,24 +104,27 @@ try:
 except suite_config.ConfigError as e:
     raise WorkflowError(str(e))
 PRETRAIN_JOBS = {job.path(RESULTS): job for js in PRETRAIN_PLAN.values() for job in js}
-def pretrain_job(output):
-    return PRETRAIN_JOBS[output.record]
+def pretrain_record(wildcards):
+    return f"{RESULTS}/{wildcards.experiment}/{wildcards.label}/seed{wildcards.seed}.json"
 
 
-def pretrain_checkpoints(output):
+def pretrain_job(wildcards):
+    return PRETRAIN_JOBS[pretrain_record(wildcards)]
+
+
+def pretrain_checkpoints(wildcards):
     """The merging study writes its checkpoints beside its record (removed after the job
     unless pma.keep_checkpoints)."""
-    if pretrain_job(output).experiment != "pma_merging":
+    if pretrain_job(wildcards).experiment != "pma_merging":
         return ""
-    stem = output.record.removesuffix(".json")
+    stem = pretrain_record(wildcards).removesuffix(".json")
     return f"--checkpoints {stem}.checkpoints"
 
 
 def pretrain_threads(wildcards):
     """The thread count of the run (1 on CPU: jobs run side by side, one per core); 0 means
     the run takes the machine."""
-    path = f"{RESULTS}/{wildcards.experiment}/{wildcards.label}/seed{wildcards.seed}.json"
-    job = PRETRAIN_JOBS[path]
+    job = pretrain_job(wildcards)
     train = job.spec["train"] if job.experiment == "pma_merging" else job.spec
     return train.get("threads") or TIMED_THREADS
 

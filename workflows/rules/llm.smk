@@ -15,10 +15,12 @@ rule llm_point:
         label=r"[a-z0-9][a-z0-9_.-]*",
         trainer=r"[a-z0-9][a-z0-9_-]*",
     params:
-        # functions: the train config holds braces that must not be read as wildcards
-        train=lambda wildcards, output: json.dumps(llm_job(wildcards, output).train),
-        nprocs=lambda wildcards, output: llm_job(wildcards, output).nprocs,
-        check=lambda wildcards, output: llm_job(wildcards, output).check_steps,
+        # functions: the train config holds braces that must not be read as wildcards. Of the
+        # wildcards only: Snakemake's params trigger ignores functions of the output, and a
+        # changed config must run the point again
+        train=lambda wildcards: json.dumps(llm_job(wildcards).train),
+        nprocs=lambda wildcards: llm_job(wildcards).nprocs,
+        check=lambda wildcards: llm_job(wildcards).check_steps,
         timeout=config["llm"]["timeout_s"],
     threads: TIMED_THREADS
     # what the run launches, so that a scheduler (the slurm profile) allocates exactly that:

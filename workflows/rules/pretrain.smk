@@ -13,10 +13,12 @@ rule pretrain_run:
         label=r"[a-z0-9][a-z0-9_-]*",
         seed=r"\d+",
     params:
-        # functions: the spec holds braces that must not be read as wildcards
-        spec=lambda wildcards, output: json.dumps(pretrain_job(output).spec),
-        series=lambda wildcards, output: pretrain_job(output).series,
-        checkpoints=lambda wildcards, output: pretrain_checkpoints(output),
+        # functions: the spec holds braces that must not be read as wildcards. Of the wildcards
+        # only: Snakemake's params trigger ignores functions of the output, and a changed
+        # config must run the study again
+        spec=lambda wildcards: json.dumps(pretrain_job(wildcards).spec),
+        series=lambda wildcards: pretrain_job(wildcards).series,
+        checkpoints=lambda wildcards: pretrain_checkpoints(wildcards),
     threads: pretrain_threads
     shell:
         "seedbench pretrain {wildcards.experiment} --spec-json {params.spec:q}"
