@@ -197,6 +197,11 @@ def test_pma_section_errors(change, match):
         pretrain_config.check_section(_pma_section(**change))
 
 
+def test_the_stable_window_defaults_to_the_last_quarter_of_the_run():
+    assert pretrain_config.stable_window({"stable": {"window": None}}, 400) == 100
+    assert pretrain_config.stable_window({"stable": {"window": 60}}, 400) == 60
+
+
 def test_parse_method():
     assert pretrain_config.parse_method("ema:0.1") == ("ema", 0.1)
     assert pretrain_config.parse_method("wma")[0] == "wma"

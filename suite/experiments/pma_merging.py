@@ -4,14 +4,14 @@ One job trains a GPT at a constant learning rate (after warm-up) for ``train.ste
 writes a checkpoint (weights only) every ``checkpoint_every`` = V0 steps to disk. Then, from
 those files and the live end state:
 
-1. Merge grid. At each merge point t (every ``merge_every`` steps and the end), for each method
-   (SMA, EMA(alpha), WMA), count N and interval V (a multiple of V0), the checkpoints at
-   ``t, t - V, ..., t - (N-1) V`` are merged (``reference_impl.merging``) and the merged model's
-   held-out loss is set beside the latest checkpoint's (the one at t).
 0. Stable phase. Before merging, the held-out curve's least-squares slope over the last
    ``stable.window`` steps is set against ``stable.max_slope`` (nats per 100 steps): the
    paper's claims are about merging in the stable phase, and the record says whether this run
    reached it (the analysis marks those claims not tested where it did not).
+1. Merge grid. At each merge point t (every ``merge_every`` steps and the end), for each method
+   (SMA, EMA(alpha), WMA), count N and interval V (a multiple of V0), the checkpoints at
+   ``t, t - V, ..., t - (N-1) V`` are merged (``reference_impl.merging``) and the merged model's
+   held-out loss is set beside the latest checkpoint's (the one at t).
 2. Decay forks (the paper's Figure 3 comparison, at equal tokens). For each length d in
    ``decay.steps`` a fork leaves the constant run at step ``steps - d`` (weights, optimizer
    state and data position) and decays the LR to 0 over the same last d batches (WSD's decay
@@ -39,14 +39,14 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from reference_impl.merging import merge_checkpoints
-from reference_impl.schedules import make_schedule
 import numpy as np
 
+from reference_impl.merging import merge_checkpoints
+from reference_impl.schedules import make_schedule
 from suite import env as envmod
 from suite.experiments import pretrain
 from suite.experiments.pretrain_config import (PMA_EXPERIMENT, PretrainConfig, check_section,
-                                               parse_method)
+                                               parse_method, stable_window)
 from suite.records import Record, Status, new_record, outcome
 
 class Checkpoints:
@@ -135,7 +135,7 @@ def _run(record: Record, pma: dict[str, Any], seed: int, root: Path) -> None:
     constant = pretrain.warmup_constant(cfg)
     pretrain.train(main, steps, constant, on_main)
     latest = {row["step"]: row["latest"] for row in curve}
-    stable = stable_phase(curve, pma["stable"]["window"], pma["stable"]["max_slope"])
+    stable = stable_phase(curve, stable_window(pma, steps), pma["stable"]["max_slope"])
 
     merges = _merge_grid(pma, cfg, ckpts, latest, loss_of_state)
 

@@ -164,6 +164,12 @@ def parse_method(spec: str) -> tuple[str, float]:
     return name, value
 
 
+def stable_window(pma: dict[str, Any], steps: int) -> int:
+    """The steps the stable-phase slope is fitted over: ``pma.stable.window``, or the last
+    quarter of the run."""
+    return pma["stable"]["window"] or steps // 4
+
+
 def check_section(pma: dict[str, Any]) -> PretrainConfig:
     """The section's train config, after checking that the grid fits the run."""
     cfg = PretrainConfig.from_dict({**pma["train"], "kind": "gpt", "device": pma["device"]})
@@ -197,10 +203,11 @@ def check_section(pma: dict[str, Any]) -> PretrainConfig:
                 f"the headline merge's span of {span} steps (>= {span + v0}) and for a fork of "
                 f"the longest decay ({longest} steps) to leave after warm-up "
                 f"(>= {longest + max(cfg.warmup_steps, v0)})")
-    if pma["stable"]["window"] >= steps or pma["stable"]["window"] < 2 * v0:
-        raise ConfigError(f"pma.stable.window={pma['stable']['window']} must be shorter than "
-                          f"the run ({steps} steps) and hold at least 3 evaluations "
-                          f"(>= {2 * v0}: checkpoint_every={v0})")
+    window = stable_window(pma, steps)
+    if window >= steps or window < 2 * v0:
+        raise ConfigError(f"pma.stable.window={window} must be shorter than the run ({steps} "
+                          f"steps) and hold at least 3 evaluations (>= {2 * v0}: "
+                          f"checkpoint_every={v0})")
     if pma["spike"]["enabled"] and pma["spike"]["checkpoints"] * v0 > steps:
         raise ConfigError(f"pma.spike.checkpoints={pma['spike']['checkpoints']} needs "
                           f"{pma['spike']['checkpoints'] * v0} steps of checkpoints "

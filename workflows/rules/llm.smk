@@ -17,8 +17,9 @@ rule llm_point:
     params:
         # functions: the train config holds braces that must not be read as wildcards. Of the
         # wildcards only: Snakemake's params trigger ignores functions of the output, and a
-        # changed config must run the point again
-        train=lambda wildcards: json.dumps(llm_job(wildcards).train),
+        # changed config must run the point again (keys sorted: the same config in another
+        # order is no change)
+        train=lambda wildcards: json.dumps(llm_job(wildcards).train, sort_keys=True),
         nprocs=lambda wildcards: llm_job(wildcards).nprocs,
         check=lambda wildcards: llm_job(wildcards).check_steps,
         timeout=config["llm"]["timeout_s"],

@@ -15,8 +15,8 @@ rule pretrain_run:
     params:
         # functions: the spec holds braces that must not be read as wildcards. Of the wildcards
         # only: Snakemake's params trigger ignores functions of the output, and a changed
-        # config must run the study again
-        spec=lambda wildcards: json.dumps(pretrain_job(wildcards).spec),
+        # config must run the study again (keys sorted: an equal config in another order is not)
+        spec=lambda wildcards: json.dumps(pretrain_job(wildcards).spec, sort_keys=True),
         series=lambda wildcards: pretrain_job(wildcards).series,
         checkpoints=lambda wildcards: pretrain_checkpoints(wildcards),
     threads: pretrain_threads
