@@ -65,24 +65,26 @@ def claims_table(claims: pd.DataFrame, varlen: pd.DataFrame | None,
             ratios, why = _mha_speedups(mha)
         else:
             ratios, why = _e2e_advantages(varlen, baseline, reference)
-        if ratios is None:
-            row = not_tested(PAPER, text, paper_value, "x", why, kind="size")
-        else:
-            points, where = _paper_setting(ratios)
-            only = COMPETITOR_ONLY_ON.get(baseline)
-            if only and not (points.device.str.startswith(only[0])).all():
-                row = not_tested(PAPER, text, paper_value, "x",
-                                 f"not scored: {only[1]} (measured on "
-                                 f"{', '.join(sorted(set(points.device)))})", kind="size")
-            else:
-                row = grid_claim(PAPER, text, paper_value,
-                                 dict(zip(points.label, points.ratio)),
-                                 size=Size(claimed, expected=where is None,
-                                           setting=PAPER_SETTING),
-                                 note=where or "")
+        row = (not_tested(PAPER, text, paper_value, "x", why, kind="size") if ratios is None
+               else _scored(text, paper_value, claimed, baseline, ratios))
         rows.append({**row, "paper_baseline": c.baseline, "system": baseline,
                      "paper_setting": c.setting})
     return pd.DataFrame(rows, columns=FRAMEWORK_COLUMNS)
+
+
+def _scored(text: str, paper_value: str, claimed: float, baseline: str,
+            ratios: pd.DataFrame) -> dict:
+    """The grid claim on the paper's setting's points, unless the baseline is not the paper's
+    competitor on the device the points ran on."""
+    points, where = _paper_setting(ratios)
+    only = COMPETITOR_ONLY_ON.get(baseline)
+    if only and not points.device.str.startswith(only[0]).all():
+        return not_tested(PAPER, text, paper_value, "x",
+                          f"not scored: {only[1]} (measured on "
+                          f"{', '.join(sorted(set(points.device)))})", kind="size")
+    return grid_claim(PAPER, text, paper_value, dict(zip(points.label, points.ratio)),
+                      size=Size(claimed, expected=where is None, setting=PAPER_SETTING),
+                      note=where or "")
 
 
 def _paper_setting(ratios: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:

@@ -139,11 +139,11 @@ def claim(paper: str, text: str, paper_value: Any, values: Sequence[float], *, s
     the row is a size claim (the direction and the size judged); without, a direction claim."""
     finite = _finite(values)
     if not finite:
-        return not_tested(paper, text, paper_value, unit, note or "no successful run measured it",
-                          kind="size" if size else "direction")
+        return _unmeasured(paper, text, paper_value, unit, note, "size" if size else "direction")
     s = mean_ci(finite)
-    return _row(paper, text, paper_value, s["mean"], s["ci_low"], s["ci_high"], s["n"], unit,
-                verdict(s["ci_low"], s["ci_high"], s["n"], sign=sign, null=null), size, note)
+    return interval_claim(paper, text, paper_value, s["mean"], s["ci_low"], s["ci_high"], s["n"],
+                          sign=sign, null=null, unit=unit, interval="95% t", note=note,
+                          size=size)
 
 
 def censored_claim(paper: str, text: str, paper_value: Any, values: Sequence[float | None], *,
@@ -154,8 +154,7 @@ def censored_claim(paper: str, text: str, paper_value: Any, values: Sequence[flo
     the mean is then a lower bound and so is its one-sided 95% bound, the only side reported;
     dropping them would bias the mean down exactly where the effect is largest."""
     if not values:
-        return not_tested(paper, text, paper_value, unit, note or "no successful run measured it",
-                          kind="size" if size else "direction")
+        return _unmeasured(paper, text, paper_value, unit, note, "size" if size else "direction")
     censored = sum(1 for v in values if v is None or not math.isfinite(v))
     filled = [cap if v is None or not math.isfinite(v) else v for v in values]
     if not censored:
@@ -180,13 +179,11 @@ def ratio_claim(paper: str, text: str, paper_value: Any, ratios: Sequence[float]
     average to 1x, not the 1.25x a plain mean gives, and the interval cannot reach below 0."""
     positive = [r for r in ratios if r is not None and math.isfinite(r) and r > 0]
     if not positive:
-        return not_tested(paper, text, paper_value, unit, note or "no successful run measured it",
-                          kind="size" if size else "direction")
+        return _unmeasured(paper, text, paper_value, unit, note, "size" if size else "direction")
     s = mean_ci([math.log(r) for r in positive])
-    low, high = math.exp(s["ci_low"]), math.exp(s["ci_high"])
-    return _row(paper, text, paper_value, math.exp(s["mean"]), low, high, s["n"], unit,
-                verdict(low, high, s["n"], sign=1, null=1.0), size, note,
-                interval="95% t of the logs")
+    return interval_claim(paper, text, paper_value, math.exp(s["mean"]), math.exp(s["ci_low"]),
+                          math.exp(s["ci_high"]), s["n"], sign=1, null=1.0, unit=unit,
+                          interval="95% t of the logs", note=note, size=size)
 
 
 def equivalence_claim(paper: str, text: str, paper_value: Any, values: Sequence[float], *,
@@ -196,8 +193,7 @@ def equivalence_claim(paper: str, text: str, paper_value: Any, values: Sequence[
     interval the test reads."""
     finite = _finite(values)
     if not finite:
-        return not_tested(paper, text, paper_value, unit, note or "no successful run measured it",
-                          kind="equivalence")
+        return _unmeasured(paper, text, paper_value, unit, note, "equivalence")
     e = equivalence(finite, margin)
     words = {"reproduced": f"equivalent within ±{margin:g} {unit}",
              "not reproduced": f"not equivalent: wholly outside ±{margin:g} {unit}",
@@ -229,15 +225,11 @@ def grid_claim(paper: str, text: str, paper_value: Any, points: dict[str, float]
     above = sum(v > 1 for v in values)
     direction = ("reproduced" if above == len(values) else
                  "not reproduced" if above == 0 else "inconclusive")
-    size_verdict = ("not expected" if not size.expected else
-                    "reproduced" if gmean >= size.value else "not reproduced")
     detail = "; ".join(f"{k}: {v:.2f}{unit}" for k, v in ratios.items())
-    row = _row(paper, text, paper_value, gmean, min(values), max(values), len(values), unit,
-               direction, size, f"faster at {above} of {len(values)} points ({detail})"
-               + (f"; {note}" if note else ""), interval="range over the grid")
-    row["size_verdict"] = size_verdict
-    row["reading"] = _reading("direction", direction, size, gmean, size_verdict)
-    return row
+    return _row(paper, text, paper_value, gmean, min(values), max(values), len(values), unit,
+                direction, size, f"faster at {above} of {len(values)} points ({detail})"
+                + (f"; {note}" if note else ""), interval="range over the grid",
+                size_from=(gmean, gmean))
 
 
 def interval_claim(paper: str, text: str, paper_value: Any, measured: float, low: float,
@@ -247,6 +239,12 @@ def interval_claim(paper: str, text: str, paper_value: Any, measured: float, low
     by ``interval``; ``n`` < 2 means there was none to judge by."""
     return _row(paper, text, paper_value, measured, low, high, n, unit,
                 verdict(low, high, n, sign=sign, null=null), size, note, interval=interval)
+
+
+def _unmeasured(paper: str, text: str, paper_value: Any, unit: str, note: str,
+                kind: str) -> dict[str, Any]:
+    return not_tested(paper, text, paper_value, unit, note or "no successful run measured it",
+                      kind=kind)
 
 
 def not_tested(paper: str, text: str, paper_value: Any, unit: str, note: str, *,
@@ -270,22 +268,26 @@ def withheld(row: dict[str, Any], why: str) -> dict[str, Any]:
 
 def _row(paper: str, text: str, paper_value: Any, measured: float, low: float,
          high: float | None, n: int, unit: str, direction: str, size: Size | None,
-         note: str, interval: str = "95% t") -> dict[str, Any]:
-    size_verdict = None if size is None else (size.judge(low, high, n) if size.expected
+         note: str, interval: str = "95% t",
+         size_from: tuple[float, float] | None = None) -> dict[str, Any]:
+    """One row; the size is judged on the interval, or on ``size_from`` where the interval is
+    not one (a grid's range: its geometric mean is judged)."""
+    lo, hi, k = (low, high, n) if size_from is None else (*size_from, 2)
+    size_verdict = None if size is None else (size.judge(lo, hi, k) if size.expected
                                               else "not expected")
     return {"paper": paper, "claim": text, "kind": "direction" if size is None else "size",
             "paper_value": paper_value, "measured": measured, "ci_low": low, "ci_high": high,
             "interval": interval, "n": n, "unit": unit, "verdict": direction,
             "size_tested": bool(size is not None and size.expected),
             "size_verdict": size_verdict,
-            "reading": _reading("direction", direction, size, measured, size_verdict)
-            + (" (one value, no interval)" if n < 2 else ""),
+            "reading": _reading(direction, size, measured, size_verdict)
+            + (" (one value, no interval)" if n < 2 and direction == "inconclusive" else ""),
             "note": note}
 
 
-def _reading(kind: str, direction: str, size: Size | None, measured: float,
+def _reading(direction: str, size: Size | None, measured: float,
              size_verdict: str | None) -> str:
-    text = f"{kind} {direction}"
+    text = f"direction {direction}"
     if size is None:
         return text
     share = f"size {measured / size.value:.2f}x of the paper's {size.value:.3g}"

@@ -142,11 +142,13 @@ def _run(record: Record, pma: dict[str, Any], seed: int, root: Path) -> None:
     h = pma["headline"]
     h_method, h_alpha = parse_method(h["method"])
 
-    def headline_merge(t: int) -> float:
-        span = [t - i * h["interval"] * v0 for i in range(h["n"])][::-1]
-        return loss_of_state(ckpts.merged(span, h_method, h_alpha))
+    def headline_span(t: int) -> list[int]:  # the headline's checkpoints ending at t
+        return [t - i * h["interval"] * v0 for i in range(h["n"])][::-1]
 
-    h_span = [steps - i * h["interval"] * v0 for i in range(h["n"])][::-1]
+    def headline_merge(t: int) -> float:
+        return loss_of_state(ckpts.merged(headline_span(t), h_method, h_alpha))
+
+    h_span = headline_span(steps)
     headline = headline_merge(steps)
 
     decays = _decay_forks(pma, cfg, forks, root, loss_of, loss_of_state)
