@@ -5,8 +5,9 @@ GELU or SwiGLU MLP, LayerNorm or RMSNorm, RoPE or learned positions, tied embedd
 MegaScale's algorithmic switches are fields of ``GPTConfig``; each switch is independent:
 
 - ``parallel_block``: attention and MLP read the same normed input, ``x + attn(ln x) + mlp(ln x)``
-  (one norm per block), so their input GEMMs can overlap;
-- ``sliding_window``: token i attends to tokens ``i - window + 1 .. i`` (always causal);
+  (one norm per block), and their input GEMMs are one (Q/K/V and MLP-up weights stacked);
+- ``sliding_window``: token i attends to tokens ``i - window + 1 .. i`` (always causal), at a
+  cost that grows with ``seq x window`` (``kernels.window_attention``);
 - ``fused``: attention through ``F.scaled_dot_product_attention`` and the norms / bias+GELU through
   one kernel each (``reference_impl.kernels.fused``), versus the explicit unfused math;
 - ``checkpointing``: ``"full"`` recomputes each whole block in backward, ``"selective"`` only the
@@ -30,6 +31,8 @@ from torch.utils.checkpoint import checkpoint
 
 from reference_impl.configs import GPTConfig
 from reference_impl.kernels.fused import add_bias_residual_layernorm, bias_gelu
+from reference_impl.kernels.window_attention import (banded_attention, window_attention,
+                                                     window_mask)
 
 ROPE_BASE = 10000.0
 NORM_EPS = 1e-5
@@ -100,38 +103,36 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return (x.float() * cos + rotated.float() * sin).to(x.dtype)
 
 
-def window_mask(seq_len: int, window: int | None, device: torch.device) -> torch.Tensor:
-    """``(T, T)`` bool, True where query i may attend key j: ``i - window < j <= i``."""
-    i = torch.arange(seq_len, device=device)[:, None]
-    j = torch.arange(seq_len, device=device)[None, :]
-    allowed = j <= i
-    if window is not None:
-        allowed &= j > i - window
-    return allowed
-
-
 class CausalSelfAttention(nn.Module):
-    """Causal (optionally sliding-window) multi-head attention with grouped K/V heads."""
+    """Causal (optionally sliding-window) multi-head attention with grouped K/V heads.
+    ``own_input=False`` (a parallel block): the block computes the Q/K/V projection in its fused
+    input GEMM and calls ``attend``."""
 
-    def __init__(self, cfg: GPTConfig):
+    def __init__(self, cfg: GPTConfig, own_input: bool = True):
         super().__init__()
         self.cfg = cfg
         self.n_head, self.n_kv_head, self.head_dim = cfg.heads, cfg.kv_heads, cfg.head_dim
         # Q, K, V in one GEMM: n_head query heads, n_kv_head key and value heads
-        self.qkv = nn.Linear(cfg.n_embd, (cfg.heads + 2 * cfg.kv_heads) * cfg.head_dim)
+        self.in_dim = (cfg.heads + 2 * cfg.kv_heads) * cfg.head_dim
+        self.qkv = nn.Linear(cfg.n_embd, self.in_dim) if own_input else None
         self.proj = nn.Linear(cfg.heads * cfg.head_dim, cfg.n_embd)  # residual projection
         self.resid_dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, _ = x.shape
-        q, k, v = self.qkv(x).split([self.n_head * self.head_dim,
-                                     self.n_kv_head * self.head_dim,
-                                     self.n_kv_head * self.head_dim], dim=-1)
+        return self.attend(self.qkv(x))
+
+    def attend(self, qkv: torch.Tensor) -> torch.Tensor:
+        """Attention from the projected ``(B, T, in_dim)`` Q/K/V, through the output
+        projection."""
+        B, T, _ = qkv.shape
+        q, k, v = qkv.split([self.n_head * self.head_dim,
+                             self.n_kv_head * self.head_dim,
+                             self.n_kv_head * self.head_dim], dim=-1)
         q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, d)
         k = k.view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, H_kv, T, d)
         v = v.view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
         if self.cfg.rope:
-            cos, sin = rope_cos_sin(T, self.head_dim, x.device)
+            cos, sin = rope_cos_sin(T, self.head_dim, qkv.device)
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if self.cfg.checkpointing == "selective" and torch.is_grad_enabled():
             y = checkpoint(self.core, q, k, v, use_reentrant=False)
@@ -141,12 +142,18 @@ class CausalSelfAttention(nn.Module):
         return self.resid_dropout(self.proj(y))
 
     def core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """softmax(q k^T / sqrt(d) + mask) v: the part selective checkpointing recomputes."""
+        """softmax(q k^T / sqrt(d) + mask) v: the part selective checkpointing recomputes. A
+        window computes its band only (``kernels.window_attention``): fused, the flash kernel's
+        triangles (FlexAttention on CUDA); unfused, blocks of explicit math."""
         T, window = q.shape[-2], self.cfg.sliding_window
         dropout = self.cfg.dropout if self.training else 0.0
         if window is not None and window >= T:
             window = None  # the band covers the whole causal triangle
-        if self.cfg.fused:
+        if window is not None and dropout == 0.0:
+            groups = self.n_head // self.n_kv_head
+            k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+            return (window_attention if self.cfg.fused else banded_attention)(q, k, v, window)
+        if self.cfg.fused:  # (a window here only with dropout, which the band kernels lack)
             mask = None if window is None else window_mask(T, window, q.device)
             return F.scaled_dot_product_attention(
                 q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=mask is None,
@@ -163,27 +170,37 @@ class CausalSelfAttention(nn.Module):
 
 
 class MLP(nn.Module):
-    """``down(gelu(up x))``, or SwiGLU ``down(silu(gate x) * up x)``."""
+    """``down(gelu(up x))``, or SwiGLU ``down(silu(gate x) * up x)``. ``own_input=False`` (a
+    parallel block): the block computes ``up x`` in its fused input GEMM and calls
+    ``activate_down``."""
 
-    def __init__(self, cfg: GPTConfig):
+    def __init__(self, cfg: GPTConfig, own_input: bool = True):
         super().__init__()
         self.kind, self.fused = cfg.mlp, cfg.fused
-        n_in = 2 * cfg.ffn_hidden if cfg.mlp == "swiglu" else cfg.ffn_hidden  # swiglu: gate, up
-        self.up = nn.Linear(cfg.n_embd, n_in)
+        # swiglu: gate and up
+        self.in_dim = 2 * cfg.ffn_hidden if cfg.mlp == "swiglu" else cfg.ffn_hidden
+        self.up = nn.Linear(cfg.n_embd, self.in_dim) if own_input else None
         self.down = nn.Linear(cfg.ffn_hidden, cfg.n_embd)  # residual projection
         self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.kind == "gelu":
-            if self.fused:  # the GEMM without its bias; bias + GELU as one epilogue
-                h = bias_gelu(F.linear(x, self.up.weight), self.up.bias,
-                              backend=_epilogue_backend(x, self.up.weight, self.up.bias))
-            else:
-                h = self.up(x)
-                h = 0.5 * h * (1.0 + torch.erf(h * (1.0 / math.sqrt(2.0))))  # exact GELU
+        if self.kind == "gelu" and self.fused:  # the GEMM without its bias: see activate_down
+            return self.activate_down(F.linear(x, self.up.weight), self.up.bias)
+        return self.activate_down(self.up(x))
+
+    def activate_down(self, z: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """The activation and the down projection of ``z = x up^T`` (plus ``bias`` when given:
+        fused GELU adds it in its epilogue, bias + GELU as one kernel)."""
+        if self.kind == "gelu" and self.fused and bias is not None:
+            h = bias_gelu(z, bias, backend=_epilogue_backend(z, bias))
         else:
-            gate, up = self.up(x).chunk(2, dim=-1)
-            h = (F.silu(gate) if self.fused else gate * torch.sigmoid(gate)) * up
+            z = z if bias is None else z + bias
+            if self.kind == "gelu":
+                h = (F.gelu(z) if self.fused else
+                     0.5 * z * (1.0 + torch.erf(z * (1.0 / math.sqrt(2.0)))))  # exact GELU
+            else:
+                gate, up = z.chunk(2, dim=-1)
+                h = (F.silu(gate) if self.fused else gate * torch.sigmoid(gate)) * up
         return self.dropout(self.down(h))
 
 
@@ -204,23 +221,46 @@ def embed(model: nn.Module, idx: torch.Tensor) -> torch.Tensor:
 
 class Block(nn.Module):
     """Pre-norm transformer block. ``forward`` adds the residuals; the branches alone are
-    ``attn_branch`` and ``mlp_branch``."""
+    ``attn_branch`` and ``mlp_branch``.
+
+    A parallel block (PaLM, MegaScale) reads one norm's output into both branches, so their
+    input GEMMs are one: ``in_proj`` holds the Q/K/V and MLP-up weights stacked, one GEMM of
+    width ``qkv + ffn`` instead of two narrower ones."""
 
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.cfg = cfg
+        parallel = cfg.parallel_block
         self.norm1 = Norm(cfg)
-        self.attn = CausalSelfAttention(cfg)
-        self.norm2 = None if cfg.parallel_block else Norm(cfg)  # parallel: one norm feeds both
-        self.mlp = MLP(cfg)
+        self.attn = CausalSelfAttention(cfg, own_input=not parallel)
+        self.norm2 = None if parallel else Norm(cfg)  # parallel: one norm feeds both
+        self.mlp = MLP(cfg, own_input=not parallel)
+        self.in_proj = (nn.Linear(cfg.n_embd, self.attn.in_dim + self.mlp.in_dim)
+                        if parallel else None)
+
+    def _fused_input(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor,
+                                                     torch.Tensor, torch.Tensor]:
+        """The parallel block's one input GEMM (no bias) on the shared norm's output, split into
+        the Q/K/V and MLP-up parts, with their biases."""
+        z = F.linear(h, self.in_proj.weight)
+        split = [self.attn.in_dim, self.mlp.in_dim]
+        z_attn, z_mlp = z.split(split, dim=-1)
+        b_attn, b_mlp = self.in_proj.bias.split(split)
+        return z_attn, b_attn, z_mlp, b_mlp
 
     def attn_branch(self, x: torch.Tensor) -> torch.Tensor:
         """attn(norm1(x)), without the residual."""
-        return self.attn(self.norm1(x))
+        if self.in_proj is None:
+            return self.attn(self.norm1(x))
+        z_attn, b_attn, _, _ = self._fused_input(self.norm1(x))
+        return self.attn.attend(z_attn + b_attn)
 
     def mlp_branch(self, x: torch.Tensor) -> torch.Tensor:
         """mlp(norm2(x)) (norm1 in a parallel block), without the residual."""
-        return self.mlp((self.norm1 if self.norm2 is None else self.norm2)(x))
+        if self.in_proj is None:
+            return self.mlp(self.norm2(x))
+        _, _, z_mlp, b_mlp = self._fused_input(self.norm1(x))
+        return self.mlp.activate_down(z_mlp, b_mlp)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.cfg.checkpointing == "full" and torch.is_grad_enabled():
@@ -228,9 +268,9 @@ class Block(nn.Module):
         return self._residual_forward(x)
 
     def _residual_forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.norm2 is None:  # parallel: x + attn(ln x) + mlp(ln x), the norm computed once
-            h = self.norm1(x)
-            return x + self.attn(h) + self.mlp(h)
+        if self.in_proj is not None:  # x + attn(ln x) + mlp(ln x): one norm, one input GEMM
+            z_attn, b_attn, z_mlp, b_mlp = self._fused_input(self.norm1(x))
+            return x + self.attn.attend(z_attn + b_attn) + self.mlp.activate_down(z_mlp, b_mlp)
         x = x + self.attn_branch(x)
         return x + self.mlp_branch(x)
 

@@ -329,17 +329,36 @@ def test_checkpointing_keeps_loss_and_gradients(fused):
             torch.testing.assert_close(grads_c[name], grad, rtol=0, atol=1e-7, msg=f"{mode} {name}")
 
 
-def test_parallel_block_is_the_parallel_formula():
-    par = _model(parallel_block=True)
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("mlp", ["gelu", "swiglu"])
+def test_parallel_block_is_the_parallel_formula(fused, mlp, monkeypatch):
+    """x + attn(ln x) + mlp(ln x) with the Q/K/V and MLP-up weights stacked in one GEMM."""
+    par = _model(parallel_block=True, fused=fused, mlp=mlp)
     block = par.blocks[0]
+    assert block.norm2 is None and block.attn.qkv is None and block.mlp.up is None
     x = torch.randn(2, 7, 32, generator=torch.Generator().manual_seed(3))
     h = F.layer_norm(x, (32,), block.norm1.weight, block.norm1.bias, 1e-5)
-    torch.testing.assert_close(block(x), x + block.attn(h) + block.mlp(h))
+    # the same function as separate Q/K/V and up layers holding the stacked rows
+    n = block.attn.in_dim
+    w, b = block.in_proj.weight, block.in_proj.bias
+    attn_out = block.attn.attend(F.linear(h, w[:n], b[:n]))
+    mlp_out = block.mlp.activate_down(F.linear(h, w[n:], b[n:]))
+    torch.testing.assert_close(block(x), x + attn_out + mlp_out)
     torch.testing.assert_close(block(x), x + block.attn_branch(x) + block.mlp_branch(x))
-    assert block.norm2 is None
+    calls, real = [], F.linear
 
-    seq = _model(parallel_block=False)
-    seq.load_state_dict(par.state_dict(), strict=False)  # all but the second norms
+    def counting(inp, weight, bias=None):
+        calls.append(tuple(weight.shape))
+        return real(inp, weight, bias)
+
+    monkeypatch.setattr(F, "linear", counting)
+    block(x)
+    monkeypatch.undo()
+    assert (n + block.mlp.in_dim, 32) in calls  # one input GEMM for both branches
+    assert (n, 32) not in calls and (block.mlp.in_dim, 32) not in calls
+
+    seq = _model(parallel_block=False, fused=fused, mlp=mlp)
+    seq.load_state_dict(par.state_dict(), strict=False)  # all but the input GEMMs, norms
     idx = _ids()
     assert not torch.allclose(seq(idx)[0], par(idx)[0], atol=1e-3)
 

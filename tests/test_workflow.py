@@ -90,6 +90,7 @@ def tiny_config(baselines, studies=True):
             "sizes": {"t": {"n_layer": 1, "n_embd": 32, "n_head": 2}},
             "mfu": {"sizes": ["t"], "trainers": ["single", "ddp"]},
             "engines": {"size": "t", "trainers": ["fsdp2", "zero1"]},
+            "window": {"points": [[64, 16]], "repeats": 2},
             "ablation": {"size": "t", "sliding_window": 8},
             "loss": {"size": "t", "steps": 6, "eval_batches": 2},
         },
@@ -320,7 +321,7 @@ def test_every_training_run_passed_its_gate_with_mfu_on_the_measured_peak(full_r
     scale model's held-out error."""
     results, html = full_run.results, full_run.html()
     llm = {p.relative_to(results).as_posix(): read_record(p)
-           for p in results.glob("llm_*/*/*.json")}
+           for p in results.glob("llm_*/*/*.json") if p.parts[-3] != "llm_window"}
     assert len(llm) == 2 + 2 + 7 + 2
     for path, rec in llm.items():
         assert rec.status.value == "ok", (path, rec.reason)
@@ -335,8 +336,13 @@ def test_every_training_run_passed_its_gate_with_mfu_on_the_measured_peak(full_r
     assert {r.env["process_start"] for r in llm.values()} == {"warm fork"}
     ablation = pd.read_csv(results / "llm_ablation" / "table.csv")
     assert list(ablation.step) == list(range(7)) and ablation.mfu_fixed_percent.notna().all()
-    for experiment in ("llm_mfu", "llm_engines", "llm_ablation", "llm_loss", "llm_scale"):
+    for experiment in ("llm_window", "llm_mfu", "llm_engines", "llm_ablation", "llm_loss",
+                       "llm_scale"):
         assert f'<h2 id="{experiment}">' in html
+    window = {p.stem: read_record(p) for p in results.glob("llm_window/s64-w16/*.json")}
+    assert sorted(window) == sorted(["causal", "window-fused", "window-banded", "window-masked"])
+    assert all(r.status.value == "ok" and r.correctness["passed"] for r in window.values())
+    assert "The windowed kernel, forward + backward: s=64, w=16" in html
     assert "these datasets): megascale_table2 / Megatron-LM" in html
     assert "Gain of each step in MFU points" in html
     # MegaScale's claims: the ladder's steps and LAMB's loss, each of its kind

@@ -116,6 +116,18 @@ def llm_fastest_engine(inputs: AnalysisInputs) -> Headline | None:
                     "tokens/s", f"{best.system}, {best.label}")
 
 
+def llm_window_time(inputs: AnalysisInputs) -> Headline | None:
+    """The windowed kernel's time over causal attention's at the longest sequence."""
+    t = inputs.table
+    ok = t[(t.status == "ok") & (t.system == "window-fused")] if "system" in t else t.iloc[0:0]
+    if ok.empty:
+        return None
+    r = ok.sort_values(["seq_len", "window"]).iloc[-1]
+    return Headline("windowed attention's time over causal attention's (forward + backward)",
+                    float(r.time_vs_causal), "x", f"s={r.seq_len}, w={r.window}",
+                    ci=(float(r.time_vs_causal_ci_low), float(r.time_vs_causal_ci_high)))
+
+
 def llm_ablation_gain(inputs: AnalysisInputs) -> Headline | None:
     ok = _ok_train(inputs).sort_values("step")
     if len(ok) < 2:

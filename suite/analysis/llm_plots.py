@@ -174,3 +174,35 @@ def loss_figure(data: FigureData, out: Path) -> list[Path]:
            title="Loss on the King James text: AdamW vs LAMB at a larger batch")
     ax.legend(fontsize=7)
     return save_figure(fig, out)
+
+
+def window_figure(data: FigureData, out: Path) -> list[Path]:
+    """Each system's forward + backward time over causal attention's (same rounds, 95%
+    interval) per point, with the band's share of the causal triangle: where a kernel that
+    computes the band only would land."""
+    ok = data.table[data.table.status == "ok"].sort_values(["seq_len", "window", "system"])
+    labels = sorted({(r.seq_len, r.window) for r in ok.itertuples()})
+    systems = [s for s in dict.fromkeys(ok.system)]
+    fig, ax = plt.subplots(figsize=(max(6, 2.2 * len(labels) + 3), 4.2), constrained_layout=True)
+    width = 0.8 / max(1, len(systems))
+    for j, system in enumerate(systems):
+        rows = ok[ok.system == system].set_index(["seq_len", "window"])
+        xs, ys, errs = [], [], [[], []]
+        for i, key in enumerate(labels):
+            if key in rows.index:
+                r = rows.loc[key]
+                xs.append(i + (j - (len(systems) - 1) / 2) * width)
+                ys.append(r.time_vs_causal)
+                errs[0].append(r.time_vs_causal - r.time_vs_causal_ci_low)
+                errs[1].append(r.time_vs_causal_ci_high - r.time_vs_causal)
+        ax.bar(xs, ys, width, yerr=errs, capsize=3, label=system)
+    for i, (s, w) in enumerate(labels):
+        band = ok[(ok.seq_len == s) & (ok.window == w)].band_fraction.iloc[0]
+        ax.hlines(band, i - 0.45, i + 0.45, colors="black", linestyles="dashed",
+                  label="band / causal triangle" if i == 0 else None)
+    ax.axhline(1.0, color="gray", linewidth=0.8)
+    ax.set_xticks(range(len(labels)), [f"s={s}, w={w}" for s, w in labels])
+    ax.set(ylabel="time / causal attention's (forward + backward)",
+           title="Sliding-window attention against causal attention, side by side")
+    ax.legend(fontsize=7)
+    return save_figure(fig, out)

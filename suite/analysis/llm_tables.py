@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from suite.experiments import train_interface as ti
-from suite.experiments.llm_plan import ABLATION
+from suite.experiments.llm_plan import ABLATION, WINDOW_EXPERIMENT
 from suite.measure.load import noise_columns
 from suite.analysis.tables import read_checked
 
@@ -72,8 +72,33 @@ def _steplog(record: Path, recorded: str | None) -> str | None:
     return str(beside) if beside.exists() else recorded
 
 
+def window_row(path: Path) -> dict:
+    """A row of the attention benchmark (``suite.experiments.llm_window``): one system at one
+    point, its time and its time over causal attention's from the same rounds."""
+    rec = read_checked(path)
+    stats, d, p = rec.timing.get("stats", {}), rec.derived, rec.point
+    ratio_ci = d.get("time_vs_causal_ci") or [None, None]
+    return {"experiment": rec.experiment, "label": Path(path).parent.name, "system": rec.system,
+            "status": rec.status.value, "reason": rec.reason,
+            **{k: p.get(k) for k in ("seq_len", "window", "heads", "head_dim", "batch",
+                                     "dtype")},
+            "median_ms": stats["median"] * 1e3 if "median" in stats else None,
+            "ci_low_ms": stats["ci_low"] * 1e3 if "ci_low" in stats else None,
+            "ci_high_ms": stats["ci_high"] * 1e3 if "ci_high" in stats else None,
+            "cv": stats.get("cv"), "n_samples": stats.get("n"), **noise_columns(rec.timing),
+            "time_vs_causal": d.get("time_vs_causal"), "time_vs_causal_ci_low": ratio_ci[0],
+            "time_vs_causal_ci_high": ratio_ci[1], "band_fraction": d.get("band_fraction"),
+            "gate_passed": rec.correctness.get("passed"),
+            "gate_max_rel_err": rec.correctness.get("max_rel_err"),
+            "machine": rec.env.get("machine"), "git_commit": rec.env.get("git", {}).get("commit"),
+            "created_at": rec.created_at, "record": str(path)}
+
+
 def llm_table(paths: Iterable[str | Path]) -> pd.DataFrame:
-    df = pd.DataFrame([llm_row(Path(p)) for p in paths])
+    paths = [Path(p) for p in paths]
+    if paths and read_checked(paths[0]).experiment == WINDOW_EXPERIMENT:
+        return pd.DataFrame([window_row(p) for p in paths])
+    df = pd.DataFrame([llm_row(p) for p in paths])
     if df.empty or df.experiment.iloc[0] != "llm_ablation":
         return df
     return ablation_columns(df)
@@ -85,7 +110,8 @@ def llm_curves(table: pd.DataFrame) -> pd.DataFrame:
     from suite.steplog import LOSS, read_steplog
 
     rows = []
-    for r in table[table.status == "ok"].itertuples() if not table.empty else []:
+    runs = table[table.status == "ok"] if "steplog" in table else table.iloc[0:0]
+    for r in runs.itertuples():
         if not isinstance(r.steplog, str) or not r.steplog:
             continue
         for i, line in enumerate(read_steplog(r.steplog)):

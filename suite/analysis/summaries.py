@@ -133,3 +133,14 @@ def bert_serving(inputs: AnalysisInputs) -> str:
     return (f"Highest offered load LoadGen found VALID at the p99 bound of "
             f"{bound.iloc[0]:g} ms, mean of {int(by.runs.max())} run(s) per system: "
             + ", ".join(parts) + ".")
+
+
+def llm_window(inputs: AnalysisInputs) -> str:
+    """The fused windowed kernel's time over causal attention's at each point."""
+    t = inputs.table
+    ok = t[(t.status == "ok") & (t.system == "window-fused")] if "system" in t else t.iloc[0:0]
+    parts = [f"s={r.seq_len}, w={r.window}: {r.time_vs_causal:.2f}x causal's time "
+             f"[{r.time_vs_causal_ci_low:.2f}, {r.time_vs_causal_ci_high:.2f}] (band "
+             f"{r.band_fraction:.0%} of the causal triangle)" for r in ok.itertuples()]
+    return ("The windowed kernel, forward + backward: " + "; ".join(parts) + "."
+            if parts else "")

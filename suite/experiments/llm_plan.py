@@ -26,6 +26,10 @@ ABLATION: list[tuple[str, str, tuple[int, ...]]] = [
     ("lamb", "+ LAMB, larger batch", (8,)),
 ]
 SINGLE = "single"  # the one-process trainer: runs with nprocs 1
+# llm_window's systems (suite.experiments.llm_window), timed side by side in one job that writes
+# a record per system; "causal" (no window) is the denominator.
+WINDOW_EXPERIMENT = "llm_window"
+WINDOW_SYSTEMS = ("causal", "window-fused", "window-banded", "window-masked")
 
 
 @dataclass(frozen=True)
@@ -146,6 +150,33 @@ def jobs(config: dict[str, Any]) -> dict[str, list[LlmJob]]:
                 steps=max(1, lo["steps"] // k), **common), 0),
         ]
     return out
+
+
+@dataclass(frozen=True)
+class WindowJob:
+    """One llm_window point: every system timed side by side, a record each."""
+    point: dict[str, Any]  # seq_len, window, heads, head_dim, batch
+    dtype: str
+    repeats: int
+    device: str
+
+    @property
+    def label(self) -> str:
+        return f"s{self.point['seq_len']}-w{self.point['window']}"
+
+    def paths(self, results: str) -> list[str]:
+        return [f"{results}/{WINDOW_EXPERIMENT}/{self.label}/{s}.json" for s in WINDOW_SYSTEMS]
+
+
+def window_jobs(config: dict[str, Any]) -> list[WindowJob]:
+    """The llm_window points of the config (none when it or llm is off)."""
+    llm = section(config)
+    w = llm["window"]
+    if not (llm["enabled"] and w["enabled"]):
+        return []
+    common = {k: w[k] for k in ("heads", "head_dim", "batch")}
+    return [WindowJob(dict(common, seq_len=s, window=win), w["dtype"], w["repeats"],
+                      llm["device"]) for s, win in w["points"]]
 
 
 def trainers(config: dict[str, Any]) -> list[str]:

@@ -210,6 +210,17 @@ _SPECS = [
              "CPU, NCCL on GPUs); FSDP2 with and without explicit prefetch, DeepSpeed ZeRO "
              "stages 1-3 with the same AdamW."),
     ExperimentSpec(
+        "llm_window", "sliding-window attention against causal attention, forward + backward",
+        "llm", figure="suite.analysis.llm_plots:window_figure", columns="window",
+        headline="suite.analysis.headlines:llm_window_time",
+        summary="suite.analysis.summaries:llm_window",
+        claims="suite.analysis.megascale_claims:window_claims",
+        note="MegaScale's sliding-window attention (Sec. 3.1) as a kernel that computes the "
+             "window's band only (reference_impl.kernels.window_attention), timed side by side "
+             "with SDPA's causal kernel, with the band in explicit math (the unfused model's "
+             "path) and with a dense mask (every score computed) beside it; each checked "
+             "against float64 masked attention (output and q/k/v gradients) before timing."),
+    ExperimentSpec(
         "llm_ablation", "MegaScale's optimizations one after another, beside its Table 3", "llm",
         figure="suite.analysis.llm_plots:ablation_figure",
         headline="suite.analysis.headlines:llm_ablation_gain", columns="ablation",

@@ -126,6 +126,19 @@ LOSS_COLUMNS: list[Column] = [*TRAIN_COLUMNS[:6], ("lr", _num("lr", "g")),
                               ("tokens", _num("tokens_seen", ".0f")),
                               ("train loss first→last", TRAIN_COLUMNS[-2][1]),
                               ("held-out loss", _num("eval_loss", ".4f"))]
+WINDOW_COLUMNS: list[Column] = [
+    ("system", lambda r: str(r["system"])), ("seq", _num("seq_len", ".0f")),
+    ("window", _num("window", ".0f")),
+    ("heads x dim", lambda r: f"{fmt(r.get('heads'), '.0f')} x {fmt(r.get('head_dim'), '.0f')}"),
+    ("dtype", lambda r: str(r.get("dtype"))), ("fwd+bwd ms", _num("median_ms", ".1f")),
+    ("95% CI ms", _range("ci_low_ms", "ci_high_ms", ".1f")), ("CV", _cv),
+    ("n", _num("n_samples", ".0f")), ("time vs causal", _num("time_vs_causal", ".3f")),
+    ("95% CI", _range("time_vs_causal_ci_low", "time_vs_causal_ci_high", ".3f")),
+    ("band / causal triangle", _num("band_fraction", ".3f")),
+    ("gate: max rel err", _num("gate_max_rel_err", ".1e")),
+]
+
+
 def _ci(key: str, spec: str) -> Callable[[dict[str, Any]], str]:
     """``mean [low, high]`` of a mean-over-seeds column."""
     return lambda r: ("–" if r.get(key) is None else
@@ -172,6 +185,7 @@ SERVING_COLUMNS: list[Column] = [
 ]
 LAYOUTS: dict[str, list[Column]] = {"bert": BERT_COLUMNS, "train": TRAIN_COLUMNS,
                                     "ablation": ABLATION_COLUMNS, "loss": LOSS_COLUMNS,
+                                    "window": WINDOW_COLUMNS,
                                     "scale": SCALE_COLUMNS, "vwn": VWN_COLUMNS,
                                     "pma": PMA_COLUMNS, "serving": SERVING_COLUMNS}
 

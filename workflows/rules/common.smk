@@ -82,12 +82,17 @@ def oracle_flag(wildcards):
 # ---- the MegaScale runs (suite.experiments.llm_plan)
 
 LLM_JOBS = {job.path(RESULTS): job for js in llm_plan.jobs(config).values() for job in js}
+LLM_WINDOW_JOBS = {job.label: job for job in llm_plan.window_jobs(config)}
 LLM_EXPERIMENTS = sorted({job.experiment for job in LLM_JOBS.values()}) + (
+    [llm_plan.WINDOW_EXPERIMENT] if LLM_WINDOW_JOBS else []) + (
     ["llm_scale"] if config["llm"]["enabled"] and config["llm"]["scale"]["enabled"] else [])
 
 
 def llm_steplogs(wildcards):
-    """The step log beside each training record: the source of the loss curves."""
+    """The step log beside each training record: the source of the loss curves (the attention
+    benchmark's records have none)."""
+    if wildcards.experiment == llm_plan.WINDOW_EXPERIMENT:
+        return []
     return [p.removesuffix(".json") + ".steps.jsonl" for p in records(wildcards)]
 
 
@@ -178,6 +183,8 @@ def records_of(root, experiment):
     family = experiments.get(experiment).family
     if family == "bert":
         return [job.path(RESULTS) for job in BERT_JOBS[experiment]]
+    if experiment == llm_plan.WINDOW_EXPERIMENT:
+        return [p for job in LLM_WINDOW_JOBS.values() for p in job.paths(RESULTS)]
     if family == "llm":
         return sorted(p for p, job in LLM_JOBS.items() if job.experiment == experiment)
     if family == "pretrain":

@@ -11,7 +11,9 @@ rule llm_point:
     log:
         f"{RESULTS}/logs/{{experiment}}/{{label}}_{{trainer}}.log",
     wildcard_constraints:
-        experiment=experiments.pattern("llm"),
+        # every llm experiment but the attention benchmark (its own rule below)
+        experiment="|".join(e for e in experiments.names("llm")
+                            if e != llm_plan.WINDOW_EXPERIMENT),
         label=r"[a-z0-9][a-z0-9_.-]*",
         trainer=r"[a-z0-9][a-z0-9_-]*",
     params:
@@ -41,3 +43,26 @@ rule llm_point:
         " --nprocs {params.nprocs} --check-steps {params.check} --train-json {params.train:q}"
         " --peak {input.peak}"
         " --timeout-s {params.timeout} --out {output.record} --steplog {output.steps} 2> {log}"
+
+
+rule llm_window_point:
+    """Sliding-window attention against causal attention at one point: every system timed side
+    by side in one process (suite.experiments.llm_window), a record each."""
+    output:
+        [f"{RESULTS}/{llm_plan.WINDOW_EXPERIMENT}/{{label}}/{system}.json"
+         for system in llm_plan.WINDOW_SYSTEMS],
+    log:
+        f"{RESULTS}/logs/{llm_plan.WINDOW_EXPERIMENT}/{{label}}.log",
+    wildcard_constraints:
+        label=r"s\d+-w\d+",
+    params:
+        point=lambda wildcards: LLM_WINDOW_JOBS[wildcards.label].point,
+        job=lambda wildcards: LLM_WINDOW_JOBS[wildcards.label],
+        out_dir=lambda wildcards: f"{RESULTS}/{llm_plan.WINDOW_EXPERIMENT}/{wildcards.label}",
+    threads: TIMED_THREADS
+    shell:
+        "seedbench attention-window --seq-len {params.point[seq_len]}"
+        " --window {params.point[window]} --heads {params.point[heads]}"
+        " --head-dim {params.point[head_dim]} --batch {params.point[batch]}"
+        " --dtype {params.job.dtype} --repeats {params.job.repeats} --device {params.job.device}"
+        " --out-dir {params.out_dir} > {log} 2>&1"
