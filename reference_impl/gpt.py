@@ -315,6 +315,21 @@ class GPT(nn.Module):
             loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-1)
         return logits, loss
 
+    def paths(self, seq_len: int) -> dict[str, str]:
+        """Which code runs the attention and the blocks at ``seq_len``, in words (records keep
+        it: what a run measured, whatever the code does later)."""
+        cfg = self.config
+        w = cfg.sliding_window
+        if w is not None and w < seq_len:
+            attention = (f"window {w}, the band only: " + (
+                "flash-kernel triangles on CPU, FlexAttention on CUDA" if cfg.fused
+                else "blocks of explicit math"))
+        else:
+            attention = "causal, " + ("SDPA" if cfg.fused else "explicit math, masked")
+        block = ("parallel: one norm, Q/K/V and MLP-up as one GEMM" if cfg.parallel_block
+                 else "sequential: attention then MLP")
+        return {"attention": attention, "block": block}
+
     def num_params(self, non_embedding: bool = True) -> int:
         """Parameter count, a tied matrix once. ``non_embedding`` keeps only the weights that do
         arithmetic (the 6N of a FLOP count): it drops the position table and the token table,

@@ -17,9 +17,10 @@ from suite.scale.datasets import load_paper, validation_table
 CONFIG = {"llm": {
     "train": {"seq_len": 16, "global_batch": 2, "steps": 4, "warmup_steps": 1, "threads": 1},
     "sizes": {"t": {"n_layer": 1, "n_embd": 32, "n_head": 2}},
-    "mfu": {"enabled": False}, "engines": {"enabled": False},
+    "mfu": {"enabled": False}, "engines": {"enabled": False}, "pipeline": {"enabled": False},
     "ablation": {"size": "t", "trainer": "single", "sliding_window": 4},
-    "loss": {"size": "t", "steps": 6, "eval_batches": 2},
+    "loss": {"size": "t", "steps": 8, "eval_batches": 2, "seeds": [0],
+             "lrs": {"adamw": [0.002], "lamb": [0.006]}},
 }}
 TABLE3 = pd.read_csv(REPO_ROOT / "results/paper/megascale_table3_ablation_175b_256gpu.csv")
 
@@ -92,9 +93,10 @@ def test_figures_and_report_sections(ablation, tmp_path):
                 report_section(tmp_path, "llm_scale", scale)]
     assert all(s.figure_svg.stat().st_size > 10_000 for s in sections)
     html = render_report(sections, tmp_path / "index.html").read_text()
-    assert "Gain of each step in MFU points: + parallel block:" in html
+    assert "Gain of each step in MFU points: + parallel block (one input GEMM):" in html
     assert "vs +4.6 in the paper" in html
-    assert "LAMB with batch 6" in html and "held-out loss of AdamW with batch 2" in html
+    assert "LAMB (batch 8, best LR 0.006 of 1): held-out" in html
+    assert "AdamW (batch 2, best LR 0.002 of 1): held-out" in html
     assert "these datasets): megascale_table2 / Megatron-LM (6 runs): iteration time off by" in html
     assert "narayanan2021 / Megatron-LM 2021 (Selene) (8 runs)" in html
     # every dataset of the table, each timed one with llm-analysis (same rows fitted) beside it

@@ -50,7 +50,7 @@ def fake_peak(threads: int = 2) -> dict:
 
 def test_registry_lists_every_engine():
     assert set(trainers.names()) >= {"single", "ddp", "fsdp2", "fsdp2-noprefetch", "zero1",
-                                    "zero2", "zero3"}
+                                    "zero2", "zero3", "zero3-nooverlap", "pipeline"}
     for name in trainers.names():
         t = plugins.Registry("seedbench.trainers", Trainer).create(name)
         assert t.name == name and t.launcher in ("torchrun", "deepspeed", "single")
@@ -298,6 +298,12 @@ GROUPED = {"ddp-no-overlap": ("ddp", {"ddp_overlap": False, "bucket_cap_mb": 0.0
            "fsdp2": ("fsdp2", {}), "fsdp2-noprefetch": ("fsdp2-noprefetch", {}),
            "fsdp2-lamb": ("fsdp2", {"optimizer": "lamb"}),
            "zero1": ("zero1", {}), "zero3": ("zero3", {}),
+           "zero3-nooverlap": ("zero3-nooverlap", {}),
+           # one GPT stage per rank, tied embeddings across them, held-out loss through it
+           "pipeline": ("pipeline", {"eval_batches": 1}),
+           "pipeline-untied-lamb": ("pipeline", {
+               "optimizer": "lamb", "micro_batches": 4,
+               "model": {**TINY["model"], "tied_embeddings": False}}),
            # ZeRO hands the optimizer flat partitions: LAMB's per-tensor trust ratio breaks
            "zero1-lamb": ("zero1", {"optimizer": "lamb"})}
 EXPECTED_INCORRECT = {"zero1-lamb"}
@@ -350,6 +356,37 @@ def test_two_rank_run_matches_single_process(label, grouped_runs):
     if label == "ddp-no-overlap":
         assert record.derived["trainer"]["overlap"] is False
         assert record.derived["trainer"]["n_buckets_no_overlap"] > 1
+
+
+def test_pipeline_measures_its_bubble(grouped_runs):
+    for label, m in (("pipeline", 2), ("pipeline-untied-lamb", 4)):
+        engine = grouped_runs[label][0].derived["trainer"]
+        assert engine["stages"] == 2 and engine["layers_per_stage"] == [1, 1]
+        assert engine["micro_batches"] == m and engine["bubble_fraction_formula"] == 1 / (m + 1)
+        steps = engine["bubble_fraction_steps"]
+        assert len(steps) == STEPS - WARMUP and all(0 <= b < 1 for b in steps)
+        assert engine["bubble_fraction"] == pytest.approx(sum(steps) / len(steps))
+    assert "summed between the first and last stage" in grouped_runs["pipeline"][0].derived[
+        "trainer"]["tied_embeddings"]
+    record = grouped_runs["pipeline"][0]
+    assert record.workload["rank_slice"] == "every rank sees the whole batch"
+    assert record.derived["eval_loss"] > 0
+
+
+def test_zero3_overlap_switch(grouped_runs):
+    on, off = (grouped_runs[k][0].derived["trainer"]["zero"]["overlap_comm"]
+               for k in ("zero3", "zero3-nooverlap"))
+    assert (on, off) == (True, False)
+
+
+def test_pipeline_stage_split():
+    from suite.trainers.pipeline import bubble_formula, stage_layers
+
+    assert stage_layers(5, 2) == [range(0, 3), range(3, 5)]
+    assert stage_layers(4, 4) == [range(i, i + 1) for i in range(4)]
+    with pytest.raises(ValueError, match="3 pipeline stages need at least as many layers"):
+        stage_layers(2, 3)
+    assert bubble_formula(2, 2) == pytest.approx(1 / 3) and bubble_formula(4, 8) == 3 / 11
 
 
 def test_zero_with_lamb_is_flagged_incorrect(grouped_runs):

@@ -87,12 +87,14 @@ def tiny_config(baselines, studies=True):
             "enabled": studies, "nprocs": 2,
             "train": {"seq_len": 16, "global_batch": 4, "steps": 4, "warmup_steps": 1,
                       "threads": 1},
-            "sizes": {"t": {"n_layer": 1, "n_embd": 32, "n_head": 2}},
+            "sizes": {"t": {"n_layer": 2, "n_embd": 32, "n_head": 2}},
             "mfu": {"sizes": ["t"], "trainers": ["single", "ddp"]},
             "engines": {"size": "t", "trainers": ["fsdp2", "zero1"]},
             "window": {"points": [[64, 16]], "repeats": 2},
-            "ablation": {"size": "t", "sliding_window": 8},
-            "loss": {"size": "t", "steps": 6, "eval_batches": 2},
+            "pipeline": {"size": "t", "micro_batches": [2, 4], "micro_batch_size": 2},
+            "ablation": {"size": "t", "sliding_window": 8, "micro_batches": 2},
+            "loss": {"size": "t", "steps": 8, "eval_batches": 2, "seeds": [0, 1],
+                     "lrs": {"adamw": [0.002], "lamb": [0.006]}},
         },
         "vwn": {
             "enabled": studies, "device": "cpu", "seeds": [0, 1], "expansions": [1, 2],
@@ -322,7 +324,9 @@ def test_every_training_run_passed_its_gate_with_mfu_on_the_measured_peak(full_r
     results, html = full_run.results, full_run.html()
     llm = {p.relative_to(results).as_posix(): read_record(p)
            for p in results.glob("llm_*/*/*.json") if p.parts[-3] != "llm_window"}
-    assert len(llm) == 2 + 2 + 7 + 2
+    # mfu, engines, the ladder on the pipeline (no overlap step there), its bubbles, the loss
+    # sweep (one LR each, two seeds)
+    assert len(llm) == 2 + 2 + 6 + 2 + 4
     for path, rec in llm.items():
         assert rec.status.value == "ok", (path, rec.reason)
         assert rec.derived["mfu"]["peak_source"].startswith("measured fp32")
@@ -331,13 +335,15 @@ def test_every_training_run_passed_its_gate_with_mfu_on_the_measured_peak(full_r
         if not path.startswith("llm_loss"):
             assert rec.correctness["passed"] is True
     assert llm["llm_engines/t/zero1.json"].point["world_size"] == 2
-    assert llm["llm_loss/lamb-b12/single.json"].derived["eval_loss"] > 0
+    assert llm["llm_loss/lamb-b16-lr0.006-s1/single.json"].derived["eval_loss"] > 0
+    assert llm["llm_ablation/6-lamb/pipeline.json"].derived["trainer"]["micro_batches"] == 6
     # forked warm (suite.launch.warm): a one-process run, and a launcher's ranks
     assert {r.env["process_start"] for r in llm.values()} == {"warm fork"}
     ablation = pd.read_csv(results / "llm_ablation" / "table.csv")
-    assert list(ablation.step) == list(range(7)) and ablation.mfu_fixed_percent.notna().all()
-    for experiment in ("llm_window", "llm_mfu", "llm_engines", "llm_ablation", "llm_loss",
-                       "llm_scale"):
+    assert list(ablation.step) == [0, 1, 2, 3, 4, 6] and ablation.mfu_fixed_percent.notna().all()
+    assert ablation.mechanism.str.len().gt(0).all() and ablation.bubble_fraction.notna().all()
+    for experiment in ("llm_window", "llm_mfu", "llm_engines", "llm_pipeline", "llm_ablation",
+                       "llm_loss", "llm_scale"):
         assert f'<h2 id="{experiment}">' in html
     window = {p.stem: read_record(p) for p in results.glob("llm_window/s64-w16/*.json")}
     assert sorted(window) == sorted(["causal", "window-fused", "window-banded", "window-masked"])
@@ -350,8 +356,12 @@ def test_every_training_run_passed_its_gate_with_mfu_on_the_measured_peak(full_r
         assert f'id="{experiment}-on-results-{MACHINE}-claims"' in html
     claims = json.loads((results / "llm_ablation" / "analysis.json").read_text())["claims"]
     assert len(claims) == 6 and {c["kind"] for c in claims} == {"size", "direction"}
-    assert sum(c["reading"].startswith("not tested: not the paper's mechanism")
-               for c in claims) == 3
+    assert "no overlap step on pipeline" in claims[-1]["note"]
+    assert not any("not the paper's mechanism" in c["reading"] for c in claims)
+    bubbles = json.loads((results / "llm_pipeline" / "analysis.json").read_text())["claims"]
+    assert len(bubbles) == 3 and all(c["size_tested"] for c in bubbles)
+    lamb = json.loads((results / "llm_loss" / "analysis.json").read_text())["claims"]
+    assert lamb[0]["kind"] == "equivalence" and lamb[0]["n"] == 2
 
 
 @full_run_test

@@ -139,13 +139,19 @@ def llm_ablation_gain(inputs: AnalysisInputs) -> Headline | None:
 
 
 def llm_loss_gap(inputs: AnalysisInputs) -> Headline | None:
-    ok = inputs.table[(inputs.table.status == "ok") & inputs.table.eval_loss.notna()]
-    adamw, lamb = ok[ok.optimizer == "adamw"], ok[ok.optimizer == "lamb"]
-    if adamw.empty or lamb.empty:
+    """LAMB minus AdamW held-out loss at their best learning rates, mean over the seeds."""
+    from suite.analysis.megascale_claims import best_lrs
+
+    t = inputs.table
+    ok = t[(t.status == "ok") & t.eval_loss.notna() & t.tail_loss.notna()] \
+        if "tail_loss" in t else t.iloc[0:0]
+    if set(ok.optimizer) != {"adamw", "lamb"}:
         return None
-    gap = float(lamb.iloc[0].eval_loss - adamw.iloc[0].eval_loss)
-    return Headline("held-out loss, LAMB (larger batch) minus AdamW, equal tokens", gap, "nats",
-                    f"{int(lamb.iloc[0].tokens_seen)} tokens")
+    best = best_lrs(ok)
+    mean = {o: ok[(ok.optimizer == o) & (ok.lr == lr)].eval_loss.mean() for o, lr in best.items()}
+    return Headline("held-out loss, LAMB (larger batch) minus AdamW, equal tokens, best LRs",
+                    float(mean["lamb"] - mean["adamw"]), "nats",
+                    f"{int(ok.tokens_seen.iloc[0])} tokens")
 
 
 def llm_scale_error(inputs: AnalysisInputs) -> Headline | None:

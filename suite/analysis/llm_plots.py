@@ -158,21 +158,35 @@ def ablation_figure(data: FigureData, out: Path) -> list[Path]:
 
 
 def loss_figure(data: FigureData, out: Path) -> list[Path]:
-    """Training loss against tokens seen (the table step's curves), held-out loss at the end."""
+    """Left: training loss against tokens at each optimizer's chosen learning rate (a line per
+    seed); right: the held-out loss at every learning rate of the sweep (mean and range over
+    the seeds), the chosen one marked."""
+    from suite.analysis.megascale_claims import best_lrs
+
     table, curves = data.table, data.curves
     if curves is None:
         raise ValueError("llm_loss: the figure draws the table step's curves.csv (--curves)")
-    fig, ax = plt.subplots(figsize=(7, 4.2), constrained_layout=True)
-    for r in table[table.status == "ok"].itertuples():
-        run = curves[curves.record == r.record].sort_values("step")
-        line, = ax.plot(run.tokens, run.loss,
-                        label=f"{r.optimizer}, batch {r.global_batch}, lr {r.lr:g}")
-        if pd.notna(r.eval_loss):
-            ax.scatter([run.tokens.max()], [r.eval_loss], color=line.get_color(), marker="*",
-                       s=120, zorder=3, label=f"held-out {r.eval_loss:.3f}")
-    ax.set(xlabel="tokens", ylabel="loss (nats/byte)",
-           title="Loss on the King James text: AdamW vs LAMB at a larger batch")
-    ax.legend(fontsize=7)
+    ok = table[(table.status == "ok") & table.eval_loss.notna()]
+    best = best_lrs(ok) if "tail_loss" in ok and ok.tail_loss.notna().any() else {}
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2), constrained_layout=True)
+    for color, (opt, runs) in zip(("C0", "C1"), ok.groupby("optimizer")):
+        for i, r in enumerate(runs[runs.lr == best.get(opt)].itertuples()):
+            run = curves[curves.record == r.record].sort_values("step")
+            left.plot(run.tokens, run.loss, color=color, linewidth=1, alpha=0.8,
+                      label=f"{opt}, batch {r.global_batch}, lr {r.lr:g}" if i == 0 else None)
+        by_lr = runs.groupby("lr").eval_loss
+        mean, low, high = by_lr.mean(), by_lr.min(), by_lr.max()
+        right.errorbar(mean.index, mean, yerr=[mean - low, high - mean], color=color,
+                       marker="o", capsize=3, label=f"{opt} (batch {runs.global_batch.iloc[0]})")
+        if opt in best:
+            right.scatter([best[opt]], [mean[best[opt]]], s=160, marker="*", color=color,
+                          zorder=3)
+    left.set(xlabel="tokens", ylabel="training loss (nats/byte)",
+             title="Training loss at each optimizer's chosen LR (a line per seed)")
+    right.set(xscale="log", xlabel="learning rate", ylabel="held-out loss (nats/byte)",
+              title="Held-out loss over the LR sweep (range over seeds; * chosen)")
+    left.legend(fontsize=7)
+    right.legend(fontsize=7)
     return save_figure(fig, out)
 
 
@@ -205,4 +219,24 @@ def window_figure(data: FigureData, out: Path) -> list[Path]:
     ax.set(ylabel="time / causal attention's (forward + backward)",
            title="Sliding-window attention against causal attention, side by side")
     ax.legend(fontsize=7)
+    return save_figure(fig, out)
+
+
+def pipeline_figure(data: FigureData, out: Path) -> list[Path]:
+    """The measured bubble (95% interval over the steps) against 1F1B's (p-1)/(m+p-1)."""
+    ok = data.table[(data.table.status == "ok") & data.table.bubble_fraction.notna()] \
+        .sort_values("micro_batches")
+    fig, ax = plt.subplots(figsize=(6.5, 4.2), constrained_layout=True)
+    yerr = [ok.bubble_fraction - ok.bubble_ci_low, ok.bubble_ci_high - ok.bubble_fraction]
+    ax.errorbar(ok.micro_batches, ok.bubble_fraction, yerr=yerr, marker="o", capsize=3,
+                label="measured (mean over stages)")
+    if not ok.empty:
+        p = int(ok.world_size.iloc[0])
+        m = range(int(ok.micro_batches.min()), int(ok.micro_batches.max()) + 1)
+        ax.plot(list(m), [(p - 1) / (k + p - 1) for k in m], linestyle="dashed", color="black",
+                label=f"(p-1)/(m+p-1), p={p}")
+    ax.set(xlabel="micro-batches per step (m)", ylabel="fraction of the step idle",
+           title="Pipeline bubble, 1F1B, as micro-batches grow")
+    ax.set_xscale("log", base=2)
+    ax.legend(fontsize=8)
     return save_figure(fig, out)

@@ -14,8 +14,9 @@ from pathlib import Path
 import pandas as pd
 
 from suite.experiments import train_interface as ti
-from suite.experiments.llm_plan import ABLATION, WINDOW_EXPERIMENT
+from suite.experiments.llm_plan import ABLATION, WINDOW_EXPERIMENT, mechanism
 from suite.measure.load import noise_columns
+from suite.measure.stats import mean_ci
 from suite.analysis.tables import read_checked
 
 
@@ -32,7 +33,12 @@ def llm_row(path: Path) -> dict:
         "model": rec.point.get("model"), "n_params": rec.point.get("n_params"),
         "world_size": rec.point.get("world_size"), "global_batch": rec.point.get("global_batch"),
         "seq_len": rec.point.get("seq_len"), "dtype": rec.point.get("dtype"),
+        "device": rec.timing.get("device"),
+        # which code ran (GPT.paths), None for runs from before records named it
+        "attention_path": (d.get(ti.MODEL_PATHS) or {}).get("attention"),
+        "block_path": (d.get(ti.MODEL_PATHS) or {}).get("block"),
         "optimizer": rec.config.get("optimizer"), "lr": rec.config.get("lr"),
+        "seed": rec.config.get("seed"),
         "median_step_ms": stats["median"] * 1e3 if "median" in stats else None,
         "ci_low_ms": stats["ci_low"] * 1e3 if "ci_low" in stats else None,
         "ci_high_ms": stats["ci_high"] * 1e3 if "ci_high" in stats else None,
@@ -48,12 +54,25 @@ def llm_row(path: Path) -> dict:
         "peak_mem_mb": d[ti.PEAK_MEM_BYTES] / 2**20 if d.get(ti.PEAK_MEM_BYTES) else None,
         "first_loss": d.get(ti.FIRST_LOSS), "final_loss": d.get(ti.FINAL_LOSS),
         "eval_loss": d.get(ti.EVAL_LOSS), "tokens_seen": d.get(ti.TOKENS_SEEN),
+        "tail_loss": _tail_loss(_steplog(Path(path), d.get(ti.STEPLOG))),
         "gate_passed": c.get("passed"), "gate_max_rel_diff": c.get("max_rel_diff"),
+        **_bubble(d.get(ti.TRAINER) or {}),
         "steplog": _steplog(Path(path), d.get(ti.STEPLOG)),
         "machine": rec.env.get("machine"), "config_hash": rec.config_hash,
         "git_commit": rec.env.get("git", {}).get("commit"), "created_at": rec.created_at,
         "record": str(path),
     }
+
+
+def _bubble(engine: dict) -> dict:
+    """The pipeline engine's measured bubble (mean over the measured steps, with its t-interval)
+    and 1F1B's formula; None for other engines."""
+    steps = engine.get("bubble_fraction_steps") or []
+    s = mean_ci(steps) if steps else {}
+    return {"micro_batches": engine.get("micro_batches"),
+            "bubble_fraction": s.get("mean"), "bubble_ci_low": s.get("ci_low"),
+            "bubble_ci_high": s.get("ci_high"), "bubble_steps": s.get("n"),
+            "bubble_formula": engine.get("bubble_fraction_formula")}
 
 
 def mfu_denominator(peak_sources: Iterable[str | None]) -> str:
@@ -63,6 +82,21 @@ def mfu_denominator(peak_sources: Iterable[str | None]) -> str:
     if not sources or all(s.startswith("measured") for s in sources):
         return "the measured peak"
     return f"the {sources.pop()} peak" if len(sources) == 1 else "each run's peak (table)"
+
+
+TAIL = 0.1  # the last tenth of a run's steps: its training loss for choosing a learning rate
+
+
+def _tail_loss(steplog: str | None) -> float | None:
+    """Mean training loss over the last ``TAIL`` of the logged steps (at least one): what an LR
+    sweep chooses by, so that the held-out loss it reports was not used to choose."""
+    from suite.steplog import LOSS, read_steplog
+
+    if not steplog or not Path(steplog).exists():
+        return None
+    losses = [line[LOSS] for line in read_steplog(steplog)]
+    tail = losses[-max(1, round(TAIL * len(losses))):]
+    return sum(tail) / len(tail) if tail else None
 
 
 def _steplog(record: Path, recorded: str | None) -> str | None:
@@ -127,6 +161,14 @@ def ablation_columns(df: pd.DataFrame) -> pd.DataFrame:
     df["step"] = df.label.str.split("-", n=1).str[0].astype(int)
     df["technique"] = [ABLATION[i][1] for i in df.step]
     df["paper_steps"] = [",".join(map(str, ABLATION[i][2])) for i in df.step]
+    base = df[df.step == 0]
+    batch0 = base.global_batch.iloc[0] if not base.empty else None
+    df["mechanism"] = [mechanism(ABLATION[r.step][0], r.system,
+                                 {"attention": r.attention_path, "block": r.block_path}
+                                 if isinstance(r.attention_path, str) else None,
+                                 r.global_batch / batch0 if batch0 and pd.notna(r.global_batch)
+                                 else float("nan"))
+                       for r in df.itertuples()]
     base = df[(df.step == 0) & (df.status == "ok")]
     if base.empty:
         df["mfu_fixed_percent"] = None
@@ -134,6 +176,12 @@ def ablation_columns(df: pd.DataFrame) -> pd.DataFrame:
         fpt = base.flops_per_token.iloc[0]
         df["mfu_fixed_percent"] = 100 * df.tokens_per_s * fpt / df.peak_flops
     return df.sort_values("step").reset_index(drop=True)
+
+
+def paper_steps(value) -> list[int]:
+    """A ladder row's Table 3 rows from the table's ``paper_steps`` ("3,4,5"; a CSV reader
+    makes a single row a number, and no row NaN)."""
+    return [int(float(s)) for s in str(value).split(",") if s not in ("", "nan")]
 
 
 def ablation_vs_paper(table: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
@@ -144,7 +192,7 @@ def ablation_vs_paper(table: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
     ok = table[table.status == "ok"].sort_values("step")
     rows, previous = [], None
     for _, r in ok.iterrows():
-        steps = [int(s) for s in str(r.paper_steps).split(",") if s not in ("", "nan")]
+        steps = paper_steps(r.paper_steps)
         rows.append({"step": r.step, "technique": r.technique,
                      "mfu_fixed_percent": r.mfu_fixed_percent,
                      "gain_points": (None if previous is None

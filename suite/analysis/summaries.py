@@ -73,19 +73,23 @@ def llm_ablation(inputs: AnalysisInputs) -> str:
 
 
 def llm_loss(inputs: AnalysisInputs) -> str:
+    """Each optimizer's chosen learning rate and its held-out loss over the seeds."""
+    from suite.analysis.megascale_claims import best_lrs
+
     table = inputs.table
-    ok = table[(table.status == "ok") & table.eval_loss.notna()]
-    if len(ok) < 2:
+    ok = table[(table.status == "ok") & table.eval_loss.notna() & table.tail_loss.notna()] \
+        if "tail_loss" in table else table.iloc[0:0]
+    if set(ok.optimizer) != {"adamw", "lamb"}:
         return ""
-    adamw, lamb = ok[ok.optimizer == "adamw"], ok[ok.optimizer == "lamb"]
-    if adamw.empty or lamb.empty:
-        return ""
-    a, b = adamw.iloc[0], lamb.iloc[0]
-    verdict = ("reaches" if b.eval_loss <= a.eval_loss else "does not reach")
-    return (f"At {int(b.tokens_seen)} tokens, LAMB with batch {int(b.global_batch)} "
-            f"{verdict} the held-out loss of AdamW with batch {int(a.global_batch)} "
-            f"({b.eval_loss:.4f} vs {a.eval_loss:.4f} at {int(a.tokens_seen)} tokens); both "
-            f"start near ln(256) = 5.545.")
+    parts = []
+    for opt, lr in best_lrs(ok).items():
+        runs = ok[(ok.optimizer == opt) & (ok.lr == lr)]
+        parts.append(f"{opt.upper() if opt == 'lamb' else 'AdamW'} (batch "
+                     f"{int(runs.global_batch.iloc[0])}, best LR {lr:g} of "
+                     f"{ok[ok.optimizer == opt].lr.nunique()}): held-out "
+                     f"{runs.eval_loss.mean():.4f} over {len(runs)} seed(s)")
+    return (f"At {int(ok.tokens_seen.iloc[0])} tokens each, " + "; ".join(parts)
+            + "; both start near ln(256) = 5.545.")
 
 
 def vwn_scaling(inputs: AnalysisInputs) -> str:
@@ -144,3 +148,14 @@ def llm_window(inputs: AnalysisInputs) -> str:
              f"{r.band_fraction:.0%} of the causal triangle)" for r in ok.itertuples()]
     return ("The windowed kernel, forward + backward: " + "; ".join(parts) + "."
             if parts else "")
+
+
+def llm_pipeline(inputs: AnalysisInputs) -> str:
+    """The measured bubble beside the formula at each micro-batch count."""
+    t = inputs.table
+    ok = t[(t.status == "ok") & t.bubble_fraction.notna()].sort_values("micro_batches") \
+        if "bubble_fraction" in t else t.iloc[0:0]
+    parts = [f"m={r.micro_batches:.0f}: {r.bubble_fraction:.3f} (formula {r.bubble_formula:.3f})"
+             for r in ok.itertuples()]
+    return "Bubble fraction measured (1F1B's formula): " + "; ".join(parts) + "." if parts \
+        else ""

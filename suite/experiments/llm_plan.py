@@ -15,16 +15,57 @@ from suite.trainers.config import MODEL_KEYS  # GPTConfig's fields: model, not t
 
 # MegaScale's ablation (Table 3) as switches of this suite, in the issue's order. Each step keeps
 # the previous ones. ``paper_steps``: Table 3 rows whose techniques this step corresponds to (the
-# paper's gain for the step is the sum of theirs); the compile step has no row in the paper.
+# paper's gain for the step is the sum of theirs); the compile step has no row in the paper; the
+# overlap step is data parallelism's (row 5): the tensor- and pipeline-parallel overlaps (rows 3,
+# 4) have no engine here.
 ABLATION: list[tuple[str, str, tuple[int, ...]]] = [
     ("baseline", "baseline (unfused, no overlap, AdamW)", (0,)),
-    ("parallel_block", "+ parallel block", (1,)),
-    ("sliding_window", "+ sliding window", (2,)),
+    ("parallel_block", "+ parallel block (one input GEMM)", (1,)),
+    ("sliding_window", "+ sliding window (band-only kernel)", (2,)),
     ("fused", "+ fused operators", (6,)),
     ("compile", "+ torch.compile", ()),
-    ("overlap", "+ communication overlap", (3, 4, 5)),
+    ("overlap", "+ communication overlap", (5,)),
     ("lamb", "+ LAMB, larger batch", (8,)),
 ]
+# The overlap step per ladder engine: the engine the steps before it run on (its overlap off)
+# and what the step turns on. DDP's bucketed all-reduce overlapping backward is PyTorch's default
+# and the baseline's; torch.distributed.pipelining's 1F1B fires each send with the next receive
+# and waits on both, so it has no decoupled send/recv to switch: neither has an overlap step.
+OVERLAP = {
+    "fsdp2": ("fsdp2-noprefetch", "FSDP2 explicit all-gather prefetch of the next block, "
+                                  "forward and backward (data parallelism, Table 3 row 5)"),
+    "zero3": ("zero3-nooverlap", "DeepSpeed ZeRO-3 overlap_comm: parameter prefetch and "
+                                 "gradient reduce beside compute (data parallelism, row 5)"),
+}
+NO_OVERLAP_STEP = {
+    "ddp": "DDP's bucketed all-reduce overlapping backward is PyTorch's default and the "
+           "baseline's; DDP has no other overlap to switch",
+    "pipeline": "torch.distributed.pipelining's 1F1B fires each send with the next receive "
+                "and waits on both: there is no decoupled send/recv (the paper's row 4) to "
+                "switch; FSDP2 and ZeRO-3 prefetch are measured in llm_engines",
+}
+PIPELINE = "pipeline"
+
+
+def mechanism(name: str, engine: str, paths: dict[str, str] | None, factor: float) -> str:
+    """What ladder step ``name`` ran on ``engine``, in words (the report's column): the model's
+    code paths as the run recorded them (``GPT.paths``; None for records from before they
+    were recorded) and ``factor``, LAMB's batch multiplier."""
+    unrecorded = "not recorded (a run from before the records named their code paths)"
+    return {
+        "baseline": f"unfused ops, AdamW, on {engine}",
+        "parallel_block": paths["block"] if paths else unrecorded,
+        "sliding_window": paths["attention"] if paths else unrecorded,
+        "fused": "SDPA / flash attention, fused LayerNorm and bias + GELU",
+        "compile": "torch.compile of each block",
+        "overlap": OVERLAP[engine][1] if engine in OVERLAP else NO_OVERLAP_STEP.get(engine, ""),
+        "lamb": (f"LAMB at {factor:g}x the batch: {factor:g}x the micro-batches, fewer bubbles"
+                 if engine == PIPELINE else
+                 f"LAMB at {factor:g}x the batch on {engine} (no pipeline: it only spreads "
+                 f"fixed per-step costs)"),
+    }[name]
+
+
 SINGLE = "single"  # the one-process trainer: runs with nprocs 1
 # llm_window's systems (suite.experiments.llm_window), timed side by side in one job that writes
 # a record per system; "causal" (no window) is the denominator.
@@ -63,18 +104,39 @@ def section(config: dict[str, Any]) -> dict[str, Any]:
     llm = validate({"llm": config.get("llm", {})})["llm"]
     names = sorted(llm["sizes"])
     wanted = [("llm.mfu.sizes", s) for s in llm["mfu"]["sizes"] if llm["mfu"]["enabled"]] + [
-        (f"llm.{k}.size", llm[k]["size"]) for k in ("engines", "ablation", "loss")
+        (f"llm.{k}.size", llm[k]["size"]) for k in ("engines", "ablation", "pipeline", "loss")
         if llm[k]["enabled"]]
     for key, name in wanted:
         if name not in llm["sizes"]:
             raise ConfigError(f"{key}: model size {name!r} is not defined; llm.sizes has {names}")
+    lo = llm["loss"]
+    if lo["enabled"] and lo["steps"] % lo["lamb_batch_multiplier"]:
+        raise ConfigError(f"llm.loss.steps={lo['steps']} is not a multiple of "
+                          f"lamb_batch_multiplier={lo['lamb_batch_multiplier']}: LAMB's runs "
+                          f"would not see AdamW's tokens")
+    sweep = llm["loss"]["lrs"]
+    if llm["loss"]["enabled"] and len(sweep["adamw"]) != len(sweep["lamb"]):
+        raise ConfigError(f"llm.loss.lrs: adamw has {len(sweep['adamw'])} learning rates, lamb "
+                          f"{len(sweep['lamb'])}; each optimizer gets the same sweep budget")
+    stages = llm["nprocs"] * llm["nnodes"]
+    piped = [("llm.pipeline", llm["pipeline"]["size"], llm["pipeline"]["micro_batches"])
+             if llm["pipeline"]["enabled"] else None,
+             ("llm.ablation", llm["ablation"]["size"], [llm["ablation"]["micro_batches"]])
+             if llm["ablation"]["enabled"] and llm["ablation"]["trainer"] == PIPELINE else None]
+    for key, size, counts in filter(None, piped):
+        if llm["sizes"][size]["n_layer"] < stages:
+            raise ConfigError(f"{key}.size: {size!r} has n_layer={llm['sizes'][size]['n_layer']}"
+                              f", fewer than the {stages} pipeline stages (one per rank)")
+        if min(counts) < stages:
+            raise ConfigError(f"{key}.micro_batches: {min(counts)} is fewer than the {stages} "
+                              f"stages; 1F1B needs at least one micro-batch per stage")
     return llm
 
 
 def train_config(llm: dict[str, Any], size: str, **overrides: Any) -> dict[str, Any]:
     """Base train settings + the size's model + overrides (model fields go into ``model``)."""
     dims = dict(llm["sizes"][size])
-    train = {**llm["train"], "device": llm["device"], "compile": False, "ddp_overlap": True}
+    train = {**llm["train"], "device": llm["device"], "compile": False}
     for key in ("seq_len", "global_batch"):
         if key in dims:
             train[key] = dims.pop(key)
@@ -89,9 +151,13 @@ def train_config(llm: dict[str, Any], size: str, **overrides: Any) -> dict[str, 
 
 
 def ablation_overrides(llm: dict[str, Any], upto: int) -> dict[str, Any]:
-    """The switches of ablation steps 0..upto, applied cumulatively."""
+    """The switches of ablation steps 0..upto, applied cumulatively. On the pipeline engine the
+    LAMB step's larger batch is more micro-batches of the same size (fewer bubbles)."""
     a = llm["ablation"]
-    out: dict[str, Any] = {"fused": False, "ddp_overlap": False, "optimizer": "adamw"}
+    base = llm["sizes"][a["size"]].get("global_batch", llm["train"]["global_batch"])
+    out: dict[str, Any] = {"fused": False, "optimizer": "adamw"}
+    if a["trainer"] == PIPELINE:
+        out["micro_batches"] = a["micro_batches"]
     for name, _, _ in ABLATION[1:upto + 1]:
         if name == "parallel_block":
             out["parallel_block"] = True
@@ -101,13 +167,22 @@ def ablation_overrides(llm: dict[str, Any], upto: int) -> dict[str, Any]:
             out["fused"] = True
         elif name == "compile":
             out["compile"] = True
-        elif name == "overlap":
-            out["ddp_overlap"] = True
         elif name == "lamb":
             out["optimizer"] = "lamb"
-            base = llm["sizes"][a["size"]].get("global_batch", llm["train"]["global_batch"])
             out["global_batch"] = base * a["lamb_batch_multiplier"]
+            if a["trainer"] == PIPELINE:
+                out["micro_batches"] = a["micro_batches"] * a["lamb_batch_multiplier"]
     return out
+
+
+def ablation_steps(trainer: str) -> list[tuple[int, str, str]]:
+    """(step, name, engine) of each ladder step run on ``trainer``: the steps before the overlap
+    step on the engine with its overlap off, the overlap step only where the engine has one."""
+    off = OVERLAP.get(trainer, (trainer, ""))[0]
+    overlap_at = next(i for i, (name, _, _) in enumerate(ABLATION) if name == "overlap")
+    return [(i, name, off if i < overlap_at else trainer)
+            for i, (name, _, _) in enumerate(ABLATION)
+            if name != "overlap" or trainer in OVERLAP]
 
 
 def jobs(config: dict[str, Any]) -> dict[str, list[LlmJob]]:
@@ -133,22 +208,28 @@ def jobs(config: dict[str, Any]) -> dict[str, list[LlmJob]]:
     if llm["ablation"]["enabled"]:
         a = llm["ablation"]
         out["llm_ablation"] = [
-            job("llm_ablation", f"{i}-{name}", a["trainer"],
+            job("llm_ablation", f"{i}-{name}", engine,
                 train_config(llm, a["size"], **ablation_overrides(llm, i)))
-            for i, (name, _, _) in enumerate(ABLATION)]
+            for i, name, engine in ablation_steps(a["trainer"])]
+    if llm["pipeline"]["enabled"]:
+        pp = llm["pipeline"]
+        out["llm_pipeline"] = [
+            job("llm_pipeline", f"m{m}", PIPELINE, train_config(
+                llm, pp["size"], micro_batches=m, global_batch=m * pp["micro_batch_size"]))
+            for m in pp["micro_batches"]]
     if llm["loss"]["enabled"]:
         lo = llm["loss"]
         size, k = lo["size"], lo["lamb_batch_multiplier"]
         base = llm["sizes"][size].get("global_batch", llm["train"]["global_batch"])
         # no gate (nothing is timed), a held-out loss at the end; the same tokens for both
         common = {"data": "text", "warmup_steps": 0, "eval_batches": lo["eval_batches"]}
+        runs = {"adamw": (base, lo["steps"]), "lamb": (base * k, lo["steps"] // k)}
         out["llm_loss"] = [
-            LlmJob("llm_loss", f"adamw-b{base}", SINGLE, 1, train_config(
-                llm, size, optimizer="adamw", lr=lo["lr"], steps=lo["steps"], **common), 0),
-            LlmJob("llm_loss", f"lamb-b{base * k}", SINGLE, 1, train_config(
-                llm, size, optimizer="lamb", lr=lo["lamb_lr"], global_batch=base * k,
-                steps=max(1, lo["steps"] // k), **common), 0),
-        ]
+            LlmJob("llm_loss", f"{opt}-b{batch}-lr{lr:g}-s{seed}", SINGLE, 1, train_config(
+                llm, size, optimizer=opt, lr=lr, global_batch=batch, steps=steps, seed=seed,
+                **common), 0)
+            for opt, (batch, steps) in runs.items() for lr in lo["lrs"][opt]
+            for seed in lo["seeds"]]
     return out
 
 

@@ -383,12 +383,13 @@ def _train(record: Record, cfg: TrainConfig, engine: Trainer, dist: DistInfo,
     """The run: the correctness gate over the first steps, then the timed steps, then the
     record's timing and derived figures."""
     device, world, rank = dist.device, dist.world_size, dist.rank
-    if cfg.global_batch % world:
-        raise ValueError(f"global_batch={cfg.global_batch} is not divisible by "
-                         f"world_size={world}")
+    shard, shards = engine.data_parallel(dist)
+    if cfg.global_batch % shards:
+        raise ValueError(f"global_batch={cfg.global_batch} is not divisible by the "
+                         f"{shards} data-parallel ranks")
     threads = cfg.threads or max(1, envmod.usable_cores() // world)
     torch.set_num_threads(threads)
-    _describe(record, cfg, engine, world)
+    _describe(record, cfg, engine, world, shards)
 
     reference = None
     if check_steps and rank == 0:  # before the engine exists: nothing else runs meanwhile
@@ -404,8 +405,8 @@ def _train(record: Record, cfg: TrainConfig, engine: Trainer, dist: DistInfo,
 
     def next_local() -> tuple[torch.Tensor, torch.Tensor]:
         x, y = next(stream)
-        return (rank_slice(x, rank, world).to(device, non_blocking=True),
-                rank_slice(y, rank, world).to(device, non_blocking=True))
+        return (rank_slice(x, shard, shards).to(device, non_blocking=True),
+                rank_slice(y, shard, shards).to(device, non_blocking=True))
 
     if not _gate(record, cfg, engine, dist, next_local, reference, check_steps):
         return
@@ -453,22 +454,26 @@ def _train(record: Record, cfg: TrainConfig, engine: Trainer, dist: DistInfo,
         ti.LOSSES_FINITE: all(math.isfinite(v) for v in losses),
         ti.STEPLOG: str(steplog_path),
         ti.TRAINER: engine.details(),
+        ti.MODEL_PATHS: model.paths(cfg.seq_len),
     }
     record.status = Status.OK
 
 
-def _describe(record: Record, cfg: TrainConfig, engine: Trainer, world: int) -> None:
-    """The record's point and workload: what was trained, on how many ranks, how split."""
+def _describe(record: Record, cfg: TrainConfig, engine: Trainer, world: int,
+              shards: int) -> None:
+    """The record's point and workload: what was trained, on how many ranks, how split
+    (``shards``: the data-parallel ranks that split each global batch's rows)."""
     flops = cfg.flops()
     record.point = {**record.point, "model": cfg.size_label(), "seq_len": cfg.seq_len,
                     "global_batch": cfg.global_batch, "world_size": world, "dtype": cfg.dtype,
                     "trainer": engine.name, "data": cfg.data}
     record.workload = {"tokens_per_step": cfg.global_batch * cfg.seq_len,
-                       "micro_batch": cfg.global_batch // world,
+                       "micro_batch": cfg.global_batch // shards,
                        "flops_per_token": {"model": flops.model_flops_per_token,
                                            "hardware": flops.hardware_flops_per_token,
                                            "formula": flops.formula},
-                       "rank_slice": "contiguous rows [r*b, (r+1)*b) of each global batch",
+                       "rank_slice": ("contiguous rows [r*b, (r+1)*b) of each global batch"
+                                      if shards > 1 else "every rank sees the whole batch"),
                        # torchrun's agents, one per node (1 without a launcher)
                        "nodes": int(os.environ.get("GROUP_WORLD_SIZE", "1")),
                        "launcher": launcher_of(os.environ)}
@@ -556,8 +561,9 @@ def _eval_loss(cfg: TrainConfig, engine: Trainer, dist: DistInfo) -> float | Non
     values = []
     for _ in range(cfg.eval_batches):
         x, y = next(held_out)
-        values.append(engine.eval_loss(rank_slice(x, dist.rank, dist.world_size).to(dist.device),
-                                       rank_slice(y, dist.rank, dist.world_size).to(dist.device)))
+        shard, shards = engine.data_parallel(dist)
+        values.append(engine.eval_loss(rank_slice(x, shard, shards).to(dist.device),
+                                       rank_slice(y, shard, shards).to(dist.device)))
     return sum(values) / len(values)
 
 

@@ -63,3 +63,4 @@ FINAL_GRAD_NORM = "final_grad_norm"
 LOSSES_FINITE = "losses_finite"
 STEPLOG = "steplog"
 TRAINER = "trainer"
+MODEL_PATHS = "model_paths"  # reference_impl.gpt.GPT.paths(): which code ran attention, blocks

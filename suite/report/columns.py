@@ -118,10 +118,26 @@ TRAIN_COLUMNS: list[Column] = [
                                   f"{fmt(r.get('final_loss'), '.3f')}"),
     ("gate: loss rel diff", _num("gate_max_rel_diff", ".1e")),
 ]
-ABLATION_COLUMNS: list[Column] = [*TRAIN_COLUMNS[:2], ("MFU % at baseline FLOPs",
-                                                        _num("mfu_fixed_percent", ".1f")),
+ABLATION_COLUMNS: list[Column] = [*TRAIN_COLUMNS[:2],
+                                  ("mechanism", lambda r: str(r.get("mechanism") or "–")),
+                                  ("MFU % at baseline FLOPs", _num("mfu_fixed_percent", ".1f")),
                                   ("paper rows", lambda r: str(r.get("paper_steps") or "–")),
+                                  ("bubble (1F1B formula)", lambda r: "–" if r.get(
+                                      "bubble_fraction") is None else
+                                   f"{fmt(r.get('bubble_fraction'), '.3f')} "
+                                   f"({fmt(r.get('bubble_formula'), '.3f')})"),
                                   *TRAIN_COLUMNS[2:]]
+PIPELINE_COLUMNS: list[Column] = [
+    *TRAIN_COLUMNS[:1], ("micro-batches", _num("micro_batches", ".0f")),
+    ("global batch", _num("global_batch", ".0f")),
+    ("bubble [95% CI over steps]", lambda r: "–" if r.get("bubble_fraction") is None else
+     f"{fmt(r.get('bubble_fraction'), '.3f')} [{fmt(r.get('bubble_ci_low'), '.3f')}, "
+     f"{fmt(r.get('bubble_ci_high'), '.3f')}]"),
+    ("(p-1)/(m+p-1)", _num("bubble_formula", ".3f")),
+    ("step ms", _num("median_step_ms", ".1f")), ("CV", _cv),
+    ("tokens/s", _num("tokens_per_s", ".0f")),
+    ("gate: loss rel diff", _num("gate_max_rel_diff", ".1e")),
+]
 LOSS_COLUMNS: list[Column] = [*TRAIN_COLUMNS[:6], ("lr", _num("lr", "g")),
                               ("tokens", _num("tokens_seen", ".0f")),
                               ("train loss first→last", TRAIN_COLUMNS[-2][1]),
@@ -185,7 +201,7 @@ SERVING_COLUMNS: list[Column] = [
 ]
 LAYOUTS: dict[str, list[Column]] = {"bert": BERT_COLUMNS, "train": TRAIN_COLUMNS,
                                     "ablation": ABLATION_COLUMNS, "loss": LOSS_COLUMNS,
-                                    "window": WINDOW_COLUMNS,
+                                    "window": WINDOW_COLUMNS, "pipeline": PIPELINE_COLUMNS,
                                     "scale": SCALE_COLUMNS, "vwn": VWN_COLUMNS,
                                     "pma": PMA_COLUMNS, "serving": SERVING_COLUMNS}
 

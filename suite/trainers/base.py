@@ -87,6 +87,11 @@ class Trainer(ABC):
         """What this engine did, for the record (wrapping, dtypes, what the framework chose)."""
         return {}
 
+    def data_parallel(self, dist: DistInfo) -> tuple[int, int]:
+        """(this rank's index, the count) among the ranks that split the global batch's rows:
+        every rank for a data-parallel engine; a pipeline's stages all see the whole batch."""
+        return dist.rank, dist.world_size
+
     def forward_module(self) -> nn.Module:
         """What ``eval_loss`` calls: the wrapped or sharded model (engines keep it as ``model``,
         DeepSpeed's as ``engine``)."""

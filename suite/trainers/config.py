@@ -45,6 +45,7 @@ class TrainConfig:
     compile: bool = False
     ddp_overlap: bool = True  # ddp: all-reduce overlapping backward, or after it
     bucket_cap_mb: float = 25.0  # ddp bucket size (both overlap modes)
+    micro_batches: int = 0  # pipeline: micro-batches per step, 0 = one per stage
     threads: int = 0
     device: str = "auto"
     timeout_s: float = 600.0  # collective timeout: how long a rank waits for a failed peer

@@ -34,7 +34,8 @@ from torch import nn
 from suite.trainers.base import DistInfo, StepResult, Trainer, build_optimizer, loss_fn
 
 
-def ds_config(train_cfg, stage: int, world_size: int) -> dict[str, Any]:
+def ds_config(train_cfg, stage: int, world_size: int, overlap_comm: bool | None = None
+              ) -> dict[str, Any]:
     """The DeepSpeed config of a run: what the train config asks, nothing DeepSpeed would
     otherwise infer differently between stages."""
     if train_cfg.global_batch % world_size:
@@ -45,7 +46,10 @@ def ds_config(train_cfg, stage: int, world_size: int) -> dict[str, Any]:
         "train_micro_batch_size_per_gpu": train_cfg.global_batch // world_size,
         "gradient_accumulation_steps": 1,
         "gradient_clipping": float(train_cfg.grad_clip),
-        "zero_optimization": {"stage": stage},
+        # overlap_comm None: DeepSpeed's default (on for stage 3: parameter prefetch and
+        # gradient reduce on a side stream while compute goes on)
+        "zero_optimization": {"stage": stage, **({} if overlap_comm is None
+                                                 else {"overlap_comm": overlap_comm})},
         "bf16": {"enabled": train_cfg.dtype == "bf16"},
         "fp16": {"enabled": False},
         # our AdamW / LAMB instead of DeepSpeed's (uncompiled) ops
@@ -59,6 +63,7 @@ class ZeroTrainer(Trainer):
     name = "zero1"
     description = "DeepSpeed ZeRO stage 1 (optimizer state sharded)"
     stage = 1
+    overlap_comm: bool | None = None  # DeepSpeed's default for the stage
 
     def available(self) -> tuple[bool, str]:
         ok, why = super().available()
@@ -90,7 +95,7 @@ class ZeroTrainer(Trainer):
         deepspeed.init_distributed(dist_backend=dist.backend, auto_mpi_discovery=False,
                                    verbose=False)
         self.client_optimizer = build_optimizer(model, train_cfg)
-        self.config = ds_config(train_cfg, self.stage, dist.world_size)
+        self.config = ds_config(train_cfg, self.stage, dist.world_size, self.overlap_comm)
         self.engine, self.ds_optimizer, _, _ = deepspeed.initialize(
             model=model, optimizer=self.client_optimizer, config=self.config)
         self.engine.train()
@@ -173,3 +178,10 @@ class Zero3Trainer(ZeroTrainer):
     name = "zero3"
     description = "DeepSpeed ZeRO stage 3 (optimizer state, gradients and parameters sharded)"
     stage = 3
+
+
+class Zero3NoOverlapTrainer(Zero3Trainer):
+    name = "zero3-nooverlap"
+    description = ("DeepSpeed ZeRO stage 3 with overlap_comm off (no prefetch or reduce beside "
+                   "compute)")
+    overlap_comm = False
