@@ -97,8 +97,9 @@ def test_engines_overlap_rows(tmp_path):
     rows = [_step(tmp_path, i, "", "", ms, system=s)
             for i, (s, ms) in enumerate([("fsdp2", 9.0), ("fsdp2-noprefetch", 10.0),
                                          ("zero1", 10.0)])]
-    c = engines_claims(AnalysisInputs(pd.DataFrame(rows)))
+    c = engines_claims(AnalysisInputs(pd.DataFrame(rows), {"table3": TABLE3}))
     assert len(c) == 1 and "fsdp2 over fsdp2-noprefetch" in c.claim.iloc[0]
+    assert c.paper_value.iloc[0] == "1.026x (Table 3 row 5)"
     assert c.verdict.iloc[0] == "not tested" and c.measured.iloc[0] == pytest.approx(10 / 9,
                                                                                       rel=0.02)
 

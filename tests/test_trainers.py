@@ -379,6 +379,16 @@ def test_zero3_overlap_switch(grouped_runs):
     assert (on, off) == (True, False)
 
 
+def test_four_stage_pipeline_matches_single_process(tmp_path, peak_file):
+    """Middle stages, and the tied embedding summed in a group of the two end stages only."""
+    section = {**TINY, "model": {**TINY["model"], "n_layer": 4}, "micro_batches": 4}
+    record, steps, _ = _launch("pipeline", 4, section, tmp_path, peak_file)
+    check_ok_record(record, steps, 4, "pipeline")
+    engine = record.derived["trainer"]
+    assert engine["layers_per_stage"] == [1, 1, 1, 1]
+    assert engine["bubble_fraction_formula"] == 3 / 7
+
+
 def test_pipeline_stage_split():
     from suite.trainers.pipeline import bubble_formula, stage_layers
 

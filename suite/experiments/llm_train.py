@@ -559,9 +559,9 @@ def _eval_loss(cfg: TrainConfig, engine: Trainer, dist: DistInfo) -> float | Non
         return None
     held_out = heldout_batches(cfg)
     values = []
+    shard, shards = engine.data_parallel(dist)
     for _ in range(cfg.eval_batches):
         x, y = next(held_out)
-        shard, shards = engine.data_parallel(dist)
         values.append(engine.eval_loss(rank_slice(x, shard, shards).to(dist.device),
                                        rank_slice(y, shard, shards).to(dist.device)))
     return sum(values) / len(values)

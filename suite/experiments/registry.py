@@ -207,6 +207,7 @@ _SPECS = [
         "llm", figure="suite.analysis.llm_plots:engines_figure",
         headline="suite.analysis.headlines:llm_fastest_engine", columns="train",
         claims="suite.analysis.megascale_claims:engines_claims",
+        paper={"table3": "megascale_table3_ablation_175b_256gpu.csv"},
         note="The same model and global batch under each engine (2 processes, gloo on a "
              "CPU, NCCL on GPUs); FSDP2 with and without explicit prefetch, DeepSpeed ZeRO "
              "stages 1-3 with the same AdamW, ZeRO-3 also with overlap_comm off: the paper's "

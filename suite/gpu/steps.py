@@ -587,6 +587,31 @@ def gpt(pack) -> dict[str, Any]:
             **({} if rec["status"] == "ok" else {"status": "failed"})}
 
 
+def window_attention(pack) -> dict[str, Any]:
+    """MegaScale's sliding window on this GPU (``llm_window``): the band-only kernel
+    (FlexAttention with a sliding-window block mask) against SDPA's causal flash kernel, forward
+    + backward at s = 8w, each system checked against float64 masked attention first."""
+    gpu = pack.sizes.device == "cuda"
+    point = ({"seq_len": 8192, "window": 1024, "heads": 16, "head_dim": 128} if gpu else
+             {"seq_len": 256, "window": 32, "heads": 2, "head_dim": 16})
+    label = f"s{point['seq_len']}-w{point['window']}"
+    out = pack.results / "llm_window" / label
+    done = pack.seedbench("attention-window", *(f"--{k.replace('_', '-')}={v}"
+                                                for k, v in point.items()),
+                          "--dtype", "bf16" if gpu else "fp32", "--repeats", "10" if gpu else "2",
+                          "--device", pack.sizes.device, "--out-dir", str(out), timeout=280)
+    found = {}
+    for path in sorted(out.glob("*.json")):
+        rec = json.loads(path.read_text())
+        found[path.stem] = {"status": rec["status"], "reason": rec.get("reason", "")[:300],
+                            "time_vs_causal": (rec.get("derived") or {}).get("time_vs_causal")}
+    if not found:
+        return {"status": "failed", "reason": f"no records (exit {done.returncode}): "
+                                              f"{done.stderr[-800:]}"}
+    failed = any(r["status"] != "ok" for r in found.values())
+    return {"systems": found, **({"status": "failed"} if failed else {})}
+
+
 def serving(pack) -> dict[str, Any]:
     """Each system served for one repeat; per system its record's status, the highest VALID
     Server QPS with the p99 there, and Offline samples/s."""
@@ -808,7 +833,8 @@ def activation_memory(pack) -> dict[str, Any]:
 
 # serving before the scale model's probes: the first H200 run measured those, and not serving
 STEPS = (("env", env), ("kernels", kernels), ("tune", tune), ("peak", peak), ("mha", mha),
-         ("bert", bert), ("gpt", gpt), ("serving", serving), ("ladder", ladder),
+         ("bert", bert), ("gpt", gpt), ("window_attention", window_attention),
+         ("serving", serving), ("ladder", ladder),
          ("attention_kernels", attention_kernels), ("hbm_bandwidth", hbm_bandwidth),
          ("gemm_shapes", gemm_shapes),
          ("overlap_interference", overlap_interference), ("layer_intercept", layer_intercept),

@@ -115,9 +115,11 @@ class PipelineTrainer(Trainer):
         self.layers = stage_layers(model.config.n_layer, p)
         self.first, self.last = r == 0, r == p - 1
         self.module = GPTStage(model, self.layers[r], self.first, self.last, self.autocast)
-        # the tied matrix when it spans two stages
-        self.tied = (model.lm_head.weight if model.config.tied_embeddings and p > 1
-                     and (self.first or self.last) else None)
+        # the tied matrix when it spans two stages, and the group of those two (every rank
+        # takes part in creating a group; with two stages it is the whole world)
+        spans = model.config.tied_embeddings and p > 1
+        self.tied = model.lm_head.weight if spans and (self.first or self.last) else None
+        self.tied_group = tdist.new_group([0, p - 1]) if spans and p > 2 else None
         mb = train_cfg.global_batch // self.micro_batches
         inputs, outputs = self._stage_shapes(model, mb)
         stage = PipelineStage(self.module, r, p, dist.device, input_args=inputs,
@@ -180,7 +182,7 @@ class PipelineTrainer(Trainer):
         if self.tied is not None:  # Megatron's embedding group
             if self.tied.grad is None:
                 self.tied.grad = torch.zeros_like(self.tied)
-            tdist.all_reduce(self.tied.grad, group=self._tied_group())
+            tdist.all_reduce(self.tied.grad, group=self.tied_group)
         local = sum((q.grad.detach().float() ** 2).sum() for q in self.params
                     if q.grad is not None)
         # one collective: the squared norm, the loss (last stage), each stage's time split
@@ -203,12 +205,6 @@ class PipelineTrainer(Trainer):
             busy, total = packed[2 + s].item(), packed[2 + p + s].item()
             self.idle[s].append(max(0.0, 1.0 - busy / total) if total > 0 else float("nan"))
         return StepResult(loss=packed[1].item(), grad_norm=norm.item())
-
-    def _tied_group(self):
-        if not hasattr(self, "_group"):
-            ends = [0, self.stages - 1]
-            self._group = None if self.stages == 2 else tdist.new_group(ends)
-        return self._group
 
     @torch.no_grad()
     def eval_loss(self, inputs: torch.Tensor, targets: torch.Tensor) -> float:
