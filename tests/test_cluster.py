@@ -478,7 +478,8 @@ def _slurm_config(nnodes: int) -> dict:
                       "threads": 1},
             "sizes": {"t": {"n_layer": 1, "n_embd": 32, "n_head": 2}},
             "mfu": {"sizes": ["t"], "trainers": ["single", "ddp"]},
-            **{k: {"enabled": False} for k in ("engines", "ablation", "loss", "scale")},
+            **{k: {"enabled": False} for k in ("engines", "window", "pipeline", "ablation",
+                                               "loss", "scale")},
         },
         "vwn": {"enabled": False}, "pma": {"enabled": False},
     }

@@ -82,7 +82,7 @@ def test_on_the_pipeline_lamb_s_batch_is_more_micro_batches():
 
 
 @pytest.mark.parametrize("key,value,match", [
-    ("pipeline", {"size": "a"}, "'a' has n_layer=1, fewer than the 2 pipeline stages"),
+    ("pipeline", {"size": "a"}, "'a' has n_layer=1; it must have at least the 2 pipeline"),
     ("pipeline", {"size": "b", "micro_batches": [1, 4]}, "1 is fewer than the 2 stages"),
 ])
 def test_a_pipeline_too_small_for_the_ranks_is_refused(key, value, match):
@@ -104,8 +104,8 @@ def test_loss_sweep_same_tokens_same_budget():
     assert all(j.train["data"] == "text" and j.check_steps == 0 for j in runs)
     unequal = {"llm": {**CONFIG["llm"], "loss": {**CONFIG["llm"]["loss"],
                                                 "lrs": {"adamw": [0.001], "lamb": [0.01, 0.02]}}}}
-    with pytest.raises(ConfigError, match="adamw has 1 learning rates, lamb 2; each optimizer "
-                                          "gets the same sweep budget"):
+    with pytest.raises(ConfigError, match="adamw has 1 learning rates, lamb 2: the two sweeps "
+                                          "must be as long"):
         jobs(unequal)
 
 

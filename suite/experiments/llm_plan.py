@@ -111,13 +111,14 @@ def section(config: dict[str, Any]) -> dict[str, Any]:
             raise ConfigError(f"{key}: model size {name!r} is not defined; llm.sizes has {names}")
     lo = llm["loss"]
     if lo["enabled"] and lo["steps"] % lo["lamb_batch_multiplier"]:
-        raise ConfigError(f"llm.loss.steps={lo['steps']} is not a multiple of "
-                          f"lamb_batch_multiplier={lo['lamb_batch_multiplier']}: LAMB's runs "
-                          f"would not see AdamW's tokens")
+        raise ConfigError(f"llm.loss.steps={lo['steps']} must be a multiple of "
+                          f"lamb_batch_multiplier={lo['lamb_batch_multiplier']}: LAMB runs "
+                          f"steps / multiplier at multiplier x the batch, AdamW's tokens")
     sweep = llm["loss"]["lrs"]
     if llm["loss"]["enabled"] and len(sweep["adamw"]) != len(sweep["lamb"]):
         raise ConfigError(f"llm.loss.lrs: adamw has {len(sweep['adamw'])} learning rates, lamb "
-                          f"{len(sweep['lamb'])}; each optimizer gets the same sweep budget")
+                          f"{len(sweep['lamb'])}: the two sweeps must be as long (the same "
+                          f"budget for each optimizer)")
     stages = llm["nprocs"] * llm["nnodes"]
     piped = [("llm.pipeline", llm["pipeline"]["size"], llm["pipeline"]["micro_batches"])
              if llm["pipeline"]["enabled"] else None,
@@ -126,7 +127,8 @@ def section(config: dict[str, Any]) -> dict[str, Any]:
     for key, size, counts in filter(None, piped):
         if llm["sizes"][size]["n_layer"] < stages:
             raise ConfigError(f"{key}.size: {size!r} has n_layer={llm['sizes'][size]['n_layer']}"
-                              f", fewer than the {stages} pipeline stages (one per rank)")
+                              f"; it must have at least the {stages} pipeline stages' layers "
+                              f"(one stage per rank)")
         if min(counts) < stages:
             raise ConfigError(f"{key}.micro_batches: {min(counts)} is fewer than the {stages} "
                               f"stages; 1F1B needs at least one micro-batch per stage")
