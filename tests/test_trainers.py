@@ -366,6 +366,9 @@ def test_pipeline_measures_its_bubble(grouped_runs):
         steps = engine["bubble_fraction_steps"]
         assert len(steps) == STEPS - WARMUP and all(0 <= b < 1 for b in steps)
         assert engine["bubble_fraction"] == pytest.approx(sum(steps) / len(steps))
+        costs = engine["compute_per_micro_batch_s"]
+        assert len(costs) == 2 and all(c > 0 for c in costs)
+        assert 0 < engine["bubble_fraction_of_stage_costs"] < 1
     assert "summed between the first and last stage" in grouped_runs["pipeline"][0].derived[
         "trainer"]["tied_embeddings"]
     record = grouped_runs["pipeline"][0]
@@ -390,13 +393,16 @@ def test_four_stage_pipeline_matches_single_process(tmp_path, peak_file):
 
 
 def test_pipeline_stage_split():
-    from suite.trainers.pipeline import bubble_formula, stage_layers
+    from suite.trainers.pipeline import bubble_formula, bubble_of_costs, stage_layers
 
     assert stage_layers(5, 2) == [range(0, 3), range(3, 5)]
     assert stage_layers(4, 4) == [range(i, i + 1) for i in range(4)]
     with pytest.raises(ValueError, match="3 pipeline stages need at least as many layers"):
         stage_layers(2, 3)
     assert bubble_formula(2, 2) == pytest.approx(1 / 3) and bubble_formula(4, 8) == 3 / 11
+    assert bubble_of_costs([1.0] * 4, 8) == pytest.approx(bubble_formula(4, 8))
+    # a slow last stage: the step is 1 + 2 + (2 - 1) * 2 = 5, the stages compute 2 and 4
+    assert bubble_of_costs([1.0, 2.0], 2) == pytest.approx(((1 - 2 / 5) + (1 - 4 / 5)) / 2)
 
 
 def test_zero_with_lamb_is_flagged_incorrect(grouped_runs):

@@ -72,7 +72,8 @@ def _bubble(engine: dict) -> dict:
     return {"micro_batches": engine.get("micro_batches"),
             "bubble_fraction": s.get("mean"), "bubble_ci_low": s.get("ci_low"),
             "bubble_ci_high": s.get("ci_high"), "bubble_steps": s.get("n"),
-            "bubble_formula": engine.get("bubble_fraction_formula")}
+            "bubble_formula": engine.get("bubble_fraction_formula"),
+            "bubble_of_stage_costs": engine.get("bubble_fraction_of_stage_costs")}
 
 
 def mfu_denominator(peak_sources: Iterable[str | None]) -> str:

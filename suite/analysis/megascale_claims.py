@@ -130,8 +130,10 @@ def pipeline_claims(inputs) -> pd.DataFrame:
             unit="of the step idle", interval="95% t over the measured steps",
             size=Size(float(r.bubble_formula), expected=True, setting="1F1B", rule="within",
                       factor=BUBBLE_FACTOR),
-            note="idle = 1 - the stage's compute / the schedule's step, mean over stages; the "
-                 "formula assumes stages of equal cost and free communication"))
+            note="idle = 1 - the stage's compute / the pipeline's step, mean over stages; the "
+                 "formula assumes stages of equal cost and free communication"
+                 + ("" if pd.isna(getattr(r, "bubble_of_stage_costs", None)) else
+                    f"; with the stages' measured costs it bounds {r.bubble_of_stage_costs:.3f}")))
     if len(ok) >= 2:
         few, many = ok.iloc[0], ok.iloc[-1]
         ratio, low, high = ratio_of_medians_ci(_bubbles(many), _bubbles(few))

@@ -134,6 +134,7 @@ PIPELINE_COLUMNS: list[Column] = [
      f"{fmt(r.get('bubble_fraction'), '.3f')} [{fmt(r.get('bubble_ci_low'), '.3f')}, "
      f"{fmt(r.get('bubble_ci_high'), '.3f')}]"),
     ("(p-1)/(m+p-1)", _num("bubble_formula", ".3f")),
+    ("bound of the stages' costs", _num("bubble_of_stage_costs", ".3f")),
     ("step ms", _num("median_step_ms", ".1f")), ("CV", _cv),
     ("tokens/s", _num("tokens_per_s", ".0f")),
     ("gate: loss rel diff", _num("gate_max_rel_diff", ".1e")),

@@ -15,8 +15,10 @@ stages (the tied matrix counted once).
 
 The pipeline bubble is measured, not assumed: each stage times its compute (the forward and
 backward of each micro-batch, and the loss on the last stage) inside the schedule's step; the
-rest of the step is the stage waiting on its neighbours. ``1 - compute / step`` per stage is its
-idle fraction, against 1F1B's ``(p - 1) / (m + p - 1)`` for stages of equal cost.
+rest of the pipeline's step (the longest of the stages' schedule calls: a stage whose part is
+done leaves early and waits in the step's all-reduce) is the stage waiting on its neighbours.
+``1 - compute / step`` per stage is its idle fraction, against 1F1B's ``(p - 1) / (m + p - 1)``
+for stages of equal cost.
 
 Stage shapes are given to ``PipelineStage`` (from a local dry run of each stage), not inferred:
 the runtime inference exchanges metadata that hangs under gloo (torch 2.13, CPU).
@@ -53,6 +55,15 @@ def stage_layers(n_layer: int, stages: int) -> list[range]:
 def bubble_formula(stages: int, micro_batches: int) -> float:
     """1F1B's idle fraction for stages of equal cost: (p - 1) / (m + p - 1)."""
     return (stages - 1) / (micro_batches + stages - 1)
+
+
+def bubble_of_costs(costs: list[float], micro_batches: int) -> float:
+    """The idle fraction, mean over stages, of a pipeline whose stage ``s`` costs ``costs[s]``
+    per micro-batch (forward + backward) and whose communication is free: the step is at least
+    one pass through every stage plus ``m - 1`` more of the slowest, ``sum + (m - 1) max``, and
+    stage ``s`` computes ``m costs[s]`` of it. Equal costs give (p - 1) / (m + p - 1)."""
+    step = sum(costs) + (micro_batches - 1) * max(costs)
+    return statistics.mean(1 - micro_batches * c / step for c in costs)
 
 
 class GPTStage(nn.Module):
@@ -134,6 +145,7 @@ class PipelineTrainer(Trainer):
         self.optimizer = build_optimizer(self.module, train_cfg)
         self.busy = 0.0
         self.idle: list[list[float]] = [[] for _ in range(p)]  # per stage, per step
+        self.compute: list[list[float]] = [[] for _ in range(p)]  # seconds, per stage and step
 
     def _stage_shapes(self, model: GPT, mb: int) -> tuple[tuple, tuple]:
         """This stage's input and output (meta) tensors, from a dry run of the stages up to it
@@ -201,9 +213,14 @@ class PipelineTrainer(Trainer):
                     q.grad.mul_(clip)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        # the pipeline's step ends when its last stage does: a stage whose part is done returns
+        # from the schedule early and waits for the others in the all-reduce above, and that
+        # wait is bubble too (the first stage's last backward comes after the last stage's)
+        total = max(packed[2 + p + s].item() for s in range(p))
         for s in range(p):
-            busy, total = packed[2 + s].item(), packed[2 + p + s].item()
+            busy = packed[2 + s].item()
             self.idle[s].append(max(0.0, 1.0 - busy / total) if total > 0 else float("nan"))
+            self.compute[s].append(busy)
         return StepResult(loss=packed[1].item(), grad_norm=norm.item())
 
     @torch.no_grad()
@@ -226,6 +243,7 @@ class PipelineTrainer(Trainer):
         timed = slice(self.cfg.warmup_steps - self.cfg.steps, None)  # the measured steps
         per_stage = [statistics.median(v[timed]) if v[timed] else None for v in self.idle]
         per_step = [statistics.mean(stages) for stages in zip(*(v[timed] for v in self.idle))]
+        costs = [statistics.median(v[timed]) / m if v[timed] else None for v in self.compute]
         return {"engine": f"torch.distributed.pipelining Schedule1F1B, {p} stages "
                           f"({self.dist.backend})",
                 "stages": p, "layers_per_stage": [len(x) for x in self.layers],
@@ -234,11 +252,16 @@ class PipelineTrainer(Trainer):
                 "bubble_fraction_steps": per_step,
                 "bubble_fraction": statistics.mean(per_step) if per_step else None,
                 "bubble_fraction_formula": bubble_formula(p, m),
+                "compute_per_micro_batch_s": costs,
+                "bubble_fraction_of_stage_costs": (bubble_of_costs(costs, m)
+                                                   if None not in costs else None),
                 "bubble_note": "1 - (the stage's forward, backward and loss compute) / (the "
-                               "schedule's step): per stage (median over the measured steps), "
+                               "pipeline's step, the longest stage's schedule call): per stage (median over the measured steps), "
                                "per measured step (mean over the stages) and their mean; "
                                "the formula (p-1)/(m+p-1) assumes stages of equal cost and "
-                               "free communication",
+                               "free communication; bubble_fraction_of_stage_costs is the same "
+                               "bound with each stage's measured compute per micro-batch "
+                               "(unequal stages), communication still free",
                 "tied_embeddings": ("gradients summed between the first and last stage"
                                     if self.tied is not None else "not tied across stages"),
                 "optimizer": type(self.optimizer).__name__,
