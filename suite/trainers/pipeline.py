@@ -256,7 +256,8 @@ class PipelineTrainer(Trainer):
                 "bubble_fraction_of_stage_costs": (bubble_of_costs(costs, m)
                                                    if None not in costs else None),
                 "bubble_note": "1 - (the stage's forward, backward and loss compute) / (the "
-                               "pipeline's step, the longest stage's schedule call): per stage (median over the measured steps), "
+                               "pipeline's step, the longest stage's schedule call): per "
+                               "stage (median over the measured steps), "
                                "per measured step (mean over the stages) and their mean; "
                                "the formula (p-1)/(m+p-1) assumes stages of equal cost and "
                                "free communication; bubble_fraction_of_stage_costs is the same "
