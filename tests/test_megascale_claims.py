@@ -128,7 +128,8 @@ def test_pipeline_bubble_against_the_formula(tmp_path):
 def test_lamb_at_each_optimizers_best_lr_paired_by_seed():
     def row(opt, lr, tail, loss, seed, batch):
         return {"optimizer": opt, "lr": lr, "tail_loss": tail, "eval_loss": loss, "seed": seed,
-                "global_batch": batch, "tokens_seen": 4096, "status": "ok"}
+                "global_batch": batch, "tokens_seen": 4096, "status": "ok",
+                "created_at": "2026-12-06T00:00:00"}
 
     rows = []
     for seed in range(3):
@@ -144,5 +145,9 @@ def test_lamb_at_each_optimizers_best_lr_paired_by_seed():
     assert "at its sweep's edge" in c.note  # both best at the top of their sweeps
     far = pd.DataFrame(rows).assign(eval_loss=lambda t: t.eval_loss + (t.optimizer == "lamb"))
     assert lamb_claims(AnalysisInputs(far)).iloc[0].verdict == "not reproduced"
+    # an older run of a seed still on disk: the latest counts
+    stale = row("lamb", 2e-2, 2.4, 9.0, 0, 32) | {"created_at": "2026-12-01T00:00:00"}
+    again = lamb_claims(AnalysisInputs(pd.DataFrame([stale, *rows]))).iloc[0]
+    assert again.measured == pytest.approx(0.01) and again.n == 3
     none = lamb_claims(AnalysisInputs(pd.DataFrame(rows[:2]))).iloc[0]
     assert none.verdict == "not tested"

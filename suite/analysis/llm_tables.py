@@ -157,9 +157,12 @@ def llm_curves(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def ablation_columns(df: pd.DataFrame) -> pd.DataFrame:
-    """Step order and name, the paper's rows for the step, and MFU at the baseline's FLOP count."""
+    """Step order and name, the paper's rows for the step, and MFU at the baseline's FLOP count.
+    One run per step: where a folder holds two (a ladder run again on another engine, the older
+    records still on disk), the latest."""
     df = df.copy()
     df["step"] = df.label.str.split("-", n=1).str[0].astype(int)
+    df = df.sort_values("created_at").drop_duplicates("step", keep="last")
     df["technique"] = [ABLATION[i][1] for i in df.step]
     df["paper_steps"] = [",".join(map(str, ABLATION[i][2])) for i in df.step]
     base = df[df.step == 0]

@@ -202,8 +202,10 @@ def lamb_claims(inputs) -> pd.DataFrame:
 
 
 def _paired(adamw: pd.DataFrame, lamb: pd.DataFrame) -> list[float]:
-    """LAMB - AdamW per seed both have."""
-    a, b = adamw.set_index("seed").eval_loss, lamb.set_index("seed").eval_loss
+    """LAMB - AdamW per seed both have (a seed run twice, e.g. records of an older config
+    still on disk: its latest run)."""
+    a, b = (t.sort_values("created_at").drop_duplicates("seed", keep="last")
+            .set_index("seed").eval_loss for t in (adamw, lamb))
     return [float(b[s] - a[s]) for s in a.index.intersection(b.index)]
 
 
