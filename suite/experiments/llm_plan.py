@@ -109,16 +109,28 @@ def section(config: dict[str, Any]) -> dict[str, Any]:
     for key, name in wanted:
         if name not in llm["sizes"]:
             raise ConfigError(f"{key}: model size {name!r} is not defined; llm.sizes has {names}")
-    lo = llm["loss"]
-    if lo["enabled"] and lo["steps"] % lo["lamb_batch_multiplier"]:
+    _check_loss(llm["loss"])
+    _check_pipelines(llm)
+    return llm
+
+
+def _check_loss(lo: dict[str, Any]) -> None:
+    """The loss sweep's rules the schema cannot state: equal tokens, equal budgets."""
+    if not lo["enabled"]:
+        return
+    if lo["steps"] % lo["lamb_batch_multiplier"]:
         raise ConfigError(f"llm.loss.steps={lo['steps']} must be a multiple of "
                           f"lamb_batch_multiplier={lo['lamb_batch_multiplier']}: LAMB runs "
                           f"steps / multiplier at multiplier x the batch, AdamW's tokens")
-    sweep = llm["loss"]["lrs"]
-    if llm["loss"]["enabled"] and len(sweep["adamw"]) != len(sweep["lamb"]):
+    sweep = lo["lrs"]
+    if len(sweep["adamw"]) != len(sweep["lamb"]):
         raise ConfigError(f"llm.loss.lrs: adamw has {len(sweep['adamw'])} learning rates, lamb "
                           f"{len(sweep['lamb'])}: the two sweeps must be as long (the same "
                           f"budget for each optimizer)")
+
+
+def _check_pipelines(llm: dict[str, Any]) -> None:
+    """Every pipeline run fits its ranks: a stage per rank needs a layer and a micro-batch."""
     stages = llm["nprocs"] * llm["nnodes"]
     piped = [("llm.pipeline", llm["pipeline"]["size"], llm["pipeline"]["micro_batches"])
              if llm["pipeline"]["enabled"] else None,
@@ -132,7 +144,6 @@ def section(config: dict[str, Any]) -> dict[str, Any]:
         if min(counts) < stages:
             raise ConfigError(f"{key}.micro_batches: {min(counts)} is fewer than the {stages} "
                               f"stages; 1F1B needs at least one micro-batch per stage")
-    return llm
 
 
 def train_config(llm: dict[str, Any], size: str, **overrides: Any) -> dict[str, Any]:
