@@ -185,7 +185,7 @@ def ablation_columns(df: pd.DataFrame) -> pd.DataFrame:
 def paper_steps(value) -> list[int]:
     """A ladder row's Table 3 rows from the table's ``paper_steps`` ("3,4,5"; a CSV reader
     makes a single row a number, and no row NaN)."""
-    return [int(float(s)) for s in str(value).split(",") if s not in ("", "nan")]
+    return [int(float(s)) for s in str(value).split(",") if s not in ("", "nan", "None")]
 
 
 def ablation_vs_paper(table: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:

@@ -118,10 +118,17 @@ TRAIN_COLUMNS: list[Column] = [
                                   f"{fmt(r.get('final_loss'), '.3f')}"),
     ("gate: loss rel diff", _num("gate_max_rel_diff", ".1e")),
 ]
+def _paper_rows(value: Any) -> str:
+    """Table 3's rows of a ladder step ("1", or "3, 4, 5"; the CSV reader makes "1" a float)."""
+    from suite.analysis.llm_tables import paper_steps
+
+    return ", ".join(map(str, paper_steps(value))) or "–"
+
+
 ABLATION_COLUMNS: list[Column] = [*TRAIN_COLUMNS[:2],
                                   ("mechanism", lambda r: str(r.get("mechanism") or "–")),
                                   ("MFU % at baseline FLOPs", _num("mfu_fixed_percent", ".1f")),
-                                  ("paper rows", lambda r: str(r.get("paper_steps") or "–")),
+                                  ("paper rows", lambda r: _paper_rows(r.get("paper_steps"))),
                                   ("bubble (1F1B formula)", lambda r: "–" if r.get(
                                       "bubble_fraction") is None else
                                    f"{fmt(r.get('bubble_fraction'), '.3f')} "
