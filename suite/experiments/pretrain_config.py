@@ -193,6 +193,10 @@ def check_section(pma: dict[str, Any]) -> PretrainConfig:
                               f"{max(cfg.warmup_steps, v0)} constant-LR steps before the fork "
                               f"(the fork leaves the run at step steps - d; steps={steps})")
     early = pma["decay"]["early_end"]
+    if early and not pma["decay"]["steps"]:
+        raise ConfigError(f"pma.decay.steps={pma['decay']['steps']} must hold at least one decay "
+                          f"length while early_end={early} (the early fork decays over the "
+                          f"longest)")
     if early:
         longest = max(pma["decay"]["steps"])
         if (early % pma["merge_every"] or early >= steps or early - span < v0
