@@ -118,8 +118,9 @@ def llm_fastest_engine(inputs: AnalysisInputs) -> Headline | None:
 
 def llm_window_time(inputs: AnalysisInputs) -> Headline | None:
     """The windowed kernel's time over causal attention's at the longest sequence."""
-    t = inputs.table
-    ok = t[(t.status == "ok") & (t.system == "window-fused")] if "system" in t else t.iloc[0:0]
+    from suite.analysis.megascale_claims import window_fused
+
+    ok = window_fused(inputs.table)
     if ok.empty:
         return None
     r = ok.sort_values(["seq_len", "window"]).iloc[-1]
@@ -140,18 +141,14 @@ def llm_ablation_gain(inputs: AnalysisInputs) -> Headline | None:
 
 def llm_loss_gap(inputs: AnalysisInputs) -> Headline | None:
     """LAMB minus AdamW held-out loss at their best learning rates, mean over the seeds."""
-    from suite.analysis.megascale_claims import best_lrs
+    from suite.analysis.megascale_claims import chosen_runs, loss_runs
 
-    t = inputs.table
-    ok = t[(t.status == "ok") & t.eval_loss.notna() & t.tail_loss.notna()] \
-        if "tail_loss" in t else t.iloc[0:0]
-    if set(ok.optimizer) != {"adamw", "lamb"}:
+    chosen = chosen_runs(loss_runs(inputs.table))
+    if not chosen:
         return None
-    best = best_lrs(ok)
-    mean = {o: ok[(ok.optimizer == o) & (ok.lr == lr)].eval_loss.mean() for o, lr in best.items()}
     return Headline("held-out loss, LAMB (larger batch) minus AdamW, equal tokens, best LRs",
-                    float(mean["lamb"] - mean["adamw"]), "nats",
-                    f"{int(ok.tokens_seen.iloc[0])} tokens")
+                    float(chosen["lamb"].eval_loss.mean() - chosen["adamw"].eval_loss.mean()),
+                    "nats", f"{int(chosen['adamw'].tokens_seen.iloc[0])} tokens")
 
 
 def llm_scale_error(inputs: AnalysisInputs) -> Headline | None:

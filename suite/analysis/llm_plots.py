@@ -161,13 +161,13 @@ def loss_figure(data: FigureData, out: Path) -> list[Path]:
     """Left: training loss against tokens at each optimizer's chosen learning rate (a line per
     seed); right: the held-out loss at every learning rate of the sweep (mean and range over
     the seeds), the chosen one marked."""
-    from suite.analysis.megascale_claims import best_lrs
+    from suite.analysis.megascale_claims import best_lrs, loss_runs
 
     table, curves = data.table, data.curves
     if curves is None:
         raise ValueError("llm_loss: the figure draws the table step's curves.csv (--curves)")
-    ok = table[(table.status == "ok") & table.eval_loss.notna()]
-    best = best_lrs(ok) if "tail_loss" in ok and ok.tail_loss.notna().any() else {}
+    ok = loss_runs(table)
+    best = best_lrs(ok)
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2), constrained_layout=True)
     for color, (opt, runs) in zip(("C0", "C1"), ok.groupby("optimizer")):
         for i, r in enumerate(runs[runs.lr == best.get(opt)].itertuples()):

@@ -166,6 +166,30 @@ def best_lrs(table: pd.DataFrame) -> dict[str, float]:
     return {opt: float(means[opt].idxmin()) for opt in means.index.get_level_values(0).unique()}
 
 
+def loss_runs(table: pd.DataFrame) -> pd.DataFrame:
+    """The loss sweep's finished runs with a held-out loss (none when the table predates the
+    sweep's columns)."""
+    if not {"eval_loss", "tail_loss", "optimizer", "lr"} <= set(table):
+        return table.iloc[0:0]
+    return table[(table.status == "ok") & table.eval_loss.notna()]
+
+
+def chosen_runs(runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Each optimizer's runs (its seeds) at its best learning rate (``best_lrs``); empty unless
+    both AdamW and LAMB finished."""
+    if set(runs.optimizer) != {"adamw", "lamb"}:
+        return {}
+    return {opt: runs[(runs.optimizer == opt) & (runs.lr == lr)]
+            for opt, lr in best_lrs(runs).items()}
+
+
+def window_fused(table: pd.DataFrame) -> pd.DataFrame:
+    """The windowed kernel's checked and timed rows of the llm_window table."""
+    if "system" not in table:
+        return table.iloc[0:0]
+    return table[(table.status == "ok") & (table.system == "window-fused")]
+
+
 def lamb_claims(inputs) -> pd.DataFrame:
     """Fig. 10b: LAMB at a larger batch reaches AdamW's held-out loss at equal tokens, each at
     its best learning rate of a sweep of the same size, paired by seed."""
@@ -173,16 +197,14 @@ def lamb_claims(inputs) -> pd.DataFrame:
     text = ("LAMB scales the batch without accuracy loss (held-out loss, LAMB - AdamW, equal "
             "tokens, each at its best LR)")
     paper_value = "4x batch, same loss (Fig. 10b)"
-    need = {"eval_loss", "tail_loss", "optimizer", "lr"}
-    ok = (table[(table.status == "ok") & table.eval_loss.notna()] if need <= set(table)
-          else table.iloc[0:0])
-    if set(ok.optimizer) != {"adamw", "lamb"}:
+    ok = loss_runs(table)
+    chosen = chosen_runs(ok)
+    if not chosen:
         return pd.DataFrame([not_tested(PAPER, text, paper_value, "nats",
                                         "needs AdamW and LAMB runs that finished",
                                         kind="equivalence")], columns=CLAIM_COLUMNS)
-    best = best_lrs(ok)
-    adamw = ok[(ok.optimizer == "adamw") & (ok.lr == best["adamw"])]
-    lamb = ok[(ok.optimizer == "lamb") & (ok.lr == best["lamb"])]
+    adamw, lamb = chosen["adamw"], chosen["lamb"]
+    best = {opt: float(runs.lr.iloc[0]) for opt, runs in chosen.items()}
     factor = lamb.global_batch.iloc[0] / adamw.global_batch.iloc[0]
     pairs = _paired(adamw, lamb)
     sweeps = {opt: sorted(float(v) for v in ok[ok.optimizer == opt].lr.unique())
@@ -213,11 +235,8 @@ def window_claims(inputs) -> pd.DataFrame:
     """Sec. 3.1: a sliding window makes attention's cost O(s w): the fused windowed kernel's
     forward + backward time over causal attention's, timed in the same rounds, at each point;
     the band's share of the causal triangle is what a kernel that skips the rest can reach."""
-    table = inputs.table
     rows = []
-    fused = table[(table.system == "window-fused") & (table.status == "ok")] \
-        if "system" in table else table.iloc[0:0]
-    for r in fused.sort_values("seq_len").itertuples():
+    for r in window_fused(inputs.table).sort_values("seq_len").itertuples():
         text = (f"sliding-window attention saves compute: time over causal attention's, "
                 f"s={r.seq_len}, w={r.window} (forward + backward)")
         row = interval_claim(

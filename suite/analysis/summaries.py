@@ -74,20 +74,18 @@ def llm_ablation(inputs: AnalysisInputs) -> str:
 
 def llm_loss(inputs: AnalysisInputs) -> str:
     """Each optimizer's chosen learning rate and its held-out loss over the seeds."""
-    from suite.analysis.megascale_claims import best_lrs
+    from suite.analysis.megascale_claims import chosen_runs, loss_runs
 
-    table = inputs.table
-    ok = table[(table.status == "ok") & table.eval_loss.notna() & table.tail_loss.notna()] \
-        if "tail_loss" in table else table.iloc[0:0]
-    if set(ok.optimizer) != {"adamw", "lamb"}:
-        return ""
+    ok = loss_runs(inputs.table)
     parts = []
-    for opt, lr in best_lrs(ok).items():
-        runs = ok[(ok.optimizer == opt) & (ok.lr == lr)]
+    for opt, runs in chosen_runs(ok).items():
+        lr = float(runs.lr.iloc[0])
         parts.append(f"{opt.upper() if opt == 'lamb' else 'AdamW'} (batch "
                      f"{int(runs.global_batch.iloc[0])}, best LR {lr:g} of "
                      f"{ok[ok.optimizer == opt].lr.nunique()}): held-out "
                      f"{runs.eval_loss.mean():.4f} over {len(runs)} seed(s)")
+    if not parts:
+        return ""
     return (f"At {int(ok.tokens_seen.iloc[0])} tokens each, " + "; ".join(parts)
             + "; both start near ln(256) = 5.545.")
 
@@ -141,8 +139,9 @@ def bert_serving(inputs: AnalysisInputs) -> str:
 
 def llm_window(inputs: AnalysisInputs) -> str:
     """The fused windowed kernel's time over causal attention's at each point."""
-    t = inputs.table
-    ok = t[(t.status == "ok") & (t.system == "window-fused")] if "system" in t else t.iloc[0:0]
+    from suite.analysis.megascale_claims import window_fused
+
+    ok = window_fused(inputs.table)
     parts = [f"s={r.seq_len}, w={r.window}: {r.time_vs_causal:.2f}x causal's time "
              f"[{r.time_vs_causal_ci_low:.2f}, {r.time_vs_causal_ci_high:.2f}] (band "
              f"{r.band_fraction:.0%} of the causal triangle)" for r in ok.itertuples()]
