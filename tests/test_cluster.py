@@ -479,7 +479,7 @@ def _slurm_config(nnodes: int) -> dict:
             "sizes": {"t": {"n_layer": 1, "n_embd": 32, "n_head": 2}},
             "mfu": {"sizes": ["t"], "trainers": ["single", "ddp"]},
             **{k: {"enabled": False} for k in ("engines", "window", "pipeline", "ablation",
-                                               "loss", "scale")},
+                                               "loss", "scale", "resilience")},
         },
         "vwn": {"enabled": False}, "pma": {"enabled": False},
     }

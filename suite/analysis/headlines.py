@@ -192,3 +192,16 @@ def first_claim(inputs: AnalysisInputs) -> Headline | None:
         verdict = f"equivalence {verdict}"
     return Headline(str(c.claim), float(c.measured), str(c.get("unit") or ""),
                     f"{int(c.n)} seeds" if pd.notna(c.get("n")) else "", ci, verdict=verdict)
+
+
+def llm_resilience_stall(inputs: AnalysisInputs) -> Headline | None:
+    """A two-stage checkpoint's stall over a synchronous one's (the largest state measured)."""
+    from suite.analysis.resilience_analysis import GIB, checkpoint_pair
+
+    pair = checkpoint_pair(inputs.table)
+    if pair is None:
+        return None
+    sync, two = pair
+    return Headline("two-stage checkpoint stall over synchronous", float(two.stall_s /
+                                                                        sync.stall_s),
+                    "x", f"{sync.trainer}, {sync.state_bytes / GIB:.2f} GiB state, fsynced")

@@ -240,3 +240,60 @@ def pipeline_figure(data: FigureData, out: Path) -> list[Path]:
     ax.set_xscale("log", base=2)
     ax.legend(fontsize=8)
     return save_figure(fig, out)
+
+
+def resilience_figure(data: FigureData, out: Path) -> list[Path]:
+    """Left: each checkpoint's stall, synchronous and two-stage. Middle: recovery after each
+    fault, split into detection, the agent's shutdown, start-up, restore and the first step.
+    Right: ETTR against cluster size for the 175B run under each scheme (Daly's interval,
+    Llama 3's failure rate, this run's costs carried to a node's bytes; Table 2's step), with
+    MegaScale's reported recovery (10 + 15 min) dashed and the papers' 90% line."""
+    from suite.analysis import resilience_analysis as ra
+    from suite.resilience.ettr import Costs
+
+    t = data.table
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.4), constrained_layout=True)
+    ok = t[(t.status == "ok") & (t.group == "checkpoint")]
+    for i, r in enumerate(ok.itertuples()):
+        stalls = ra._samples(r._asdict())
+        axes[0].scatter([i] * len(stalls), stalls, s=14)
+        axes[0].bar(i, r.stall_s, 0.6, alpha=0.4,
+                    label=f"{r.trainer} {r.system.removeprefix('checkpoint-')}")
+    axes[0].set_xticks(range(len(ok)), [f"{r.trainer}\n{r.system.removeprefix('checkpoint-')}"
+                                        for r in ok.itertuples()])
+    axes[0].set(ylabel="training time lost per checkpoint (s)", title="Checkpoint stall")
+    faults = t[(t.status == "ok") & t.system.str.startswith("fault-")
+               & t.detect_s.notna()] if "detect_s" in t else t.iloc[0:0]
+    parts = ["detect_s", "shutdown_s", "startup_s", "restore_s", "first_step_s"]
+    for i, r in enumerate(faults.itertuples()):
+        bottom = 0.0
+        for j, part in enumerate(parts):
+            value = float(getattr(r, part))
+            axes[1].bar(i, value, 0.6, bottom=bottom, color=f"C{j}",
+                        label=part.removesuffix("_s").replace("_", " ") if i == 0 else None)
+            bottom += value
+    axes[1].set_xticks(range(len(faults)), [f"{r.trainer}\n{r.system.removeprefix('fault-')}"
+                                            for r in faults.itertuples()])
+    axes[1].set(ylabel="seconds from the fault to training again", title="Recovery")
+    axes[1].legend(fontsize=7)
+    published = data.paper.get("published")
+    for trainer in sorted(set(ok.trainer)):
+        costs = ra.at_paper_scale(t, trainer)
+        if costs is None or published is None:
+            continue
+        rate = ra.failure_rate(published)
+        for j, (scheme, c) in enumerate(costs.items()):
+            curve = ra.ettr_curves({scheme: c}, rate, ra.PAPER_STEP_S)
+            axes[2].plot(curve.gpus, curve.ettr, marker="o", color=f"C{j}",
+                         label=f"{trainer} {scheme}")
+            slow = ra.ettr_curves({scheme: Costs(c.stall_s, c.persist_s,
+                                                 ra.MEGASCALE_RECOVERY_S)}, rate, ra.PAPER_STEP_S)
+            axes[2].plot(slow.gpus, slow.ettr, linestyle="--", color=f"C{j}",
+                         label=f"{trainer} {scheme}, MegaScale's 25 min recovery")
+    axes[2].axhline(ra.ETTR_PAPER, color="gray", linewidth=0.8, label="papers: > 90%")
+    axes[2].axvline(ra.PAPER_GPUS, color="gray", linestyle=":", linewidth=0.8)
+    axes[2].set_xscale("log", base=2)
+    axes[2].set(xlabel="GPUs", ylabel="effective training time ratio",
+                title="ETTR, 175B (Daly interval, Llama 3 failure rate)")
+    axes[2].legend(fontsize=6)
+    return save_figure(fig, out)

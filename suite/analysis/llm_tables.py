@@ -14,7 +14,8 @@ from pathlib import Path
 import pandas as pd
 
 from suite.experiments import train_interface as ti
-from suite.experiments.llm_plan import ABLATION, WINDOW_EXPERIMENT, mechanism
+from suite.analysis.resilience_analysis import resilience_rows
+from suite.experiments.llm_plan import ABLATION, RESILIENCE_EXPERIMENT, WINDOW_EXPERIMENT, mechanism
 from suite.measure.load import noise_columns
 from suite.measure.stats import mean_ci
 from suite.analysis.tables import read_checked
@@ -131,8 +132,11 @@ def window_row(path: Path) -> dict:
 
 def llm_table(paths: Iterable[str | Path]) -> pd.DataFrame:
     paths = [Path(p) for p in paths]
-    if paths and read_checked(paths[0]).experiment == WINDOW_EXPERIMENT:
+    first = read_checked(paths[0]).experiment if paths else None
+    if first == WINDOW_EXPERIMENT:
         return pd.DataFrame([window_row(p) for p in paths])
+    if first == RESILIENCE_EXPERIMENT:
+        return pd.DataFrame([row for p in paths for row in resilience_rows(p)])
     df = pd.DataFrame([llm_row(p) for p in paths])
     if df.empty or df.experiment.iloc[0] != "llm_ablation":
         return df

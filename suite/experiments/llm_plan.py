@@ -276,3 +276,62 @@ def window_jobs(config: dict[str, Any]) -> list[WindowJob]:
 def trainers(config: dict[str, Any]) -> list[str]:
     """Every trainer name the config uses (checked against the registry before any job)."""
     return sorted({job.trainer for js in jobs(config).values() for job in js})
+
+
+# llm_resilience (suite.experiments.llm_resilience): per trainer, three jobs, each writing the
+# records its group names (faults: the uninterrupted run and one per fault kind).
+RESILIENCE_EXPERIMENT = "llm_resilience"
+CHECKPOINT_SYSTEMS = ("checkpoint-sync", "checkpoint-two-stage", "checkpoint-nvrx-async")
+
+
+@dataclass(frozen=True)
+class ResilienceJob:
+    trainer: str
+    group: str  # checkpoint, faults or straggler
+    nprocs: int
+    train: dict[str, Any]  # the run's TrainConfig section
+    spec: dict[str, Any]  # the group's settings (llm.resilience.<group>)
+
+    @property
+    def systems(self) -> tuple[str, ...]:
+        if self.group == "checkpoint":
+            return CHECKPOINT_SYSTEMS
+        if self.group == "faults":
+            return ("fault-none", *(f"fault-{k}" for k in self.spec["kinds"]))
+        return ("straggler",)
+
+    def folder(self, results: str) -> str:
+        return f"{results}/{RESILIENCE_EXPERIMENT}/{self.trainer}"
+
+    def paths(self, results: str) -> list[str]:
+        return [f"{self.folder(results)}/{s}.json" for s in self.systems]
+
+
+def resilience_jobs(config: dict[str, Any]) -> list[ResilienceJob]:
+    """The llm_resilience jobs of the config (none when it or llm is off)."""
+    llm = section(config)
+    r = llm["resilience"]
+    if not (llm["enabled"] and r["enabled"]):
+        return []
+    ranks = llm["nprocs"]
+    for key, name in (("llm.resilience.size", r["size"]),
+                      ("llm.resilience.checkpoint.size", r["checkpoint"]["size"])):
+        if name not in llm["sizes"]:
+            raise ConfigError(f"{key}: model size {name!r} is not defined; llm.sizes has "
+                              f"{sorted(llm['sizes'])}")
+    f, s = r["faults"], r["straggler"]
+    c = r["checkpoint"]
+    out = []
+    for trainer in r["trainers"]:
+        runs = {
+            "checkpoint": (train_config(llm, c["size"], steps=c["steps"], warmup_steps=1,
+                                        global_batch=c["global_batch"]), c),
+            "faults": (train_config(llm, r["size"], steps=f["steps"], warmup_steps=1,
+                                    timeout_s=f["timeout_s"]), f),
+            "straggler": (train_config(llm, r["size"], steps=s["steps_per_phase"]
+                                       * len(s["phases"]), warmup_steps=1, threads=1), s),
+        }
+        out += [ResilienceJob(trainer, group, c["nprocs"] or ranks if group == "checkpoint"
+                              else ranks, train, spec)
+                for group, (train, spec) in runs.items()]
+    return out

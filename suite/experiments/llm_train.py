@@ -77,6 +77,7 @@ from suite.launch.ports import free_port
 from suite.records import (Record, Status, Unavailable, failed_record, new_record, outcome,
                            write_record)
 from suite.measure.stats import summarize
+from suite.resilience.monitor import THRESHOLD, ComputeTimer, find_stragglers, rank_table
 from suite.trainers import registry as trainers
 from suite.trainers.base import DistInfo, StepResult, Trainer, env_rank
 from suite.trainers.config import TrainConfig
@@ -413,8 +414,14 @@ def _train(record: Record, cfg: TrainConfig, engine: Trainer, dist: DistInfo,
     nodes = max(1, world // int(os.environ.get("LOCAL_WORLD_SIZE", world)))
     peak, peak_note = resolve_peak(peak_file, cfg.dtype, device, world, threads * world // nodes,
                                    nodes=nodes)
-    times, losses, norms, load = _timed_steps(cfg, engine, dist, next_local, peak, steplog_path)
+    # the per-rank monitor; not inside compiled blocks on CUDA (its event hooks would break
+    # the graph: the CPU timer reads the scheduler, outside the model)
+    timer = (None if device.type == "cuda" and cfg.compile else
+             ComputeTimer(model.blocks, cuda=device.type == "cuda"))
+    times, losses, norms, load, compute = _timed_steps(cfg, engine, dist, next_local, peak,
+                                                       steplog_path, timer)
     mem_per_rank = _gather(peak_memory(device)[0], dist)
+    per_rank = dict(enumerate(_gather(compute[cfg.warmup_steps:], dist)))
     eval_loss = _eval_loss(cfg, engine, dist)
 
     samples = times[cfg.warmup_steps:]
@@ -455,8 +462,24 @@ def _train(record: Record, cfg: TrainConfig, engine: Trainer, dist: DistInfo,
         ti.STEPLOG: str(steplog_path),
         ti.TRAINER: engine.details(),
         ti.MODEL_PATHS: model.paths(cfg.seq_len),
+        **_monitor(per_rank, samples, same_work=shards == world),
     }
     record.status = Status.OK
+
+
+def _monitor(per_rank: dict[int, list[float]], steps: list[float], same_work: bool
+             ) -> dict[str, Any]:
+    """The per-rank monitor's table and the stragglers it names: only among ranks that do the
+    same work (a pipeline's stages differ by design); nothing on CUDA with compiled blocks."""
+    if not any(per_rank.values()):
+        return {ti.RANK_TABLE: None, ti.STRAGGLERS: None}
+    if not same_work:
+        return {ti.RANK_TABLE: rank_table(per_rank, steps),
+                ti.STRAGGLERS: {"named": None, "why": "the ranks do different work (stages)"}}
+    named, ratios = find_stragglers(per_rank)
+    return {ti.RANK_TABLE: rank_table(per_rank, steps),
+            ti.STRAGGLERS: {"named": named, "ratios": {str(r): x for r, x in ratios.items()},
+                            "threshold": THRESHOLD}}
 
 
 def _describe(record: Record, cfg: TrainConfig, engine: Trainer, world: int,
@@ -514,14 +537,16 @@ def _gate(record: Record, cfg: TrainConfig, engine: Trainer, dist: DistInfo, nex
 
 
 def _timed_steps(cfg: TrainConfig, engine: Trainer, dist: DistInfo, next_local, peak,
-                 steplog_path: str | os.PathLike):
+                 steplog_path: str | os.PathLike, timer: ComputeTimer | None = None):
     """``cfg.steps`` timed optimizer steps (rank 0 logs each): their times, losses and gradient
-    norms, and the machine's load while they ran."""
+    norms, the machine's load while they ran, and this rank's compute per step (``timer``)."""
     device, rank = dist.device, dist.rank
     tokens_per_step = cfg.global_batch * cfg.seq_len
     flops = cfg.flops()
     writer = sl.StepLogWriter(steplog_path) if rank == 0 else None
-    times, losses, norms = [], [], []
+    times, losses, norms, compute = [], [], [], []
+    if timer is not None:
+        timer.take()  # from here
     # the load on this rank's machine while the steps run; the launcher's other ranks (each in a
     # session of its own under torchrun) are this run's work, not another program's
     launched = "TORCHELASTIC_RUN_ID" in os.environ or dist.world_size > 1
@@ -535,6 +560,8 @@ def _timed_steps(cfg: TrainConfig, engine: Trainer, dist: DistInfo, next_local, 
                 result = engine.train_step(x, y)  # ends on the all-reduced loss's .item()
                 dt = time.perf_counter() - t0
                 times.append(dt)
+                if timer is not None:
+                    compute.append(timer.take())
                 losses.append(result.loss)
                 norms.append(result.grad_norm)
                 if writer is not None:
@@ -550,7 +577,9 @@ def _timed_steps(cfg: TrainConfig, engine: Trainer, dist: DistInfo, next_local, 
         finally:
             if writer is not None:
                 writer.close()
-    return times, losses, norms, load
+            if timer is not None:
+                timer.remove()
+    return times, losses, norms, load, compute
 
 
 def _eval_loss(cfg: TrainConfig, engine: Trainer, dist: DistInfo) -> float | None:

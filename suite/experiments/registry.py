@@ -258,6 +258,23 @@ _SPECS = [
              "LAMB at a larger batch with the same tokens (fewer steps), held-out loss on the "
              "last 5% of the text."),
     ExperimentSpec(
+        "llm_resilience", "training that survives failures and stragglers: checkpoint stall, "
+        "recovery under torchrun's agent, the slow rank named, ETTR at scale", "llm",
+        figure="suite.analysis.llm_plots:resilience_figure", columns="resilience",
+        headline="suite.analysis.headlines:llm_resilience_stall",
+        summary="suite.analysis.resilience_analysis:resilience_summary",
+        claims="suite.analysis.resilience_analysis:resilience_claims",
+        paper={"published": "resilience_published.csv"}, reads_tables=("llm_scale",),
+        note="MegaScale's stability half (Sec. 4) on the suite's engines. Checkpoints through "
+             "torch.distributed.checkpoint, fsynced and committed atomically, synchronous and "
+             "two-stage (async_save) alternating in one run; each fault (a rank killed, a rank "
+             "stopped, a NaN loss) fired once at a declared step under torchrun "
+             "--max-restarts, the run resumed from its last checkpoint and its every loss "
+             "compared with an uninterrupted run's; a busy process pinned to one rank's core "
+             "and the per-rank monitor (run-queue time on CPU, CUDA events on a GPU) naming "
+             "it. ETTR carries this run's costs per byte to a node of the 175B run; the "
+             "failure rate is Llama 3's."),
+    ExperimentSpec(
         "llm_scale",
         "MegaScale at cluster scale, on paper: an analytical model against every published run",
         "scale", figure="suite.analysis.llm_plots:scale_figure",

@@ -63,4 +63,8 @@ FINAL_GRAD_NORM = "final_grad_norm"
 LOSSES_FINITE = "losses_finite"
 STEPLOG = "steplog"
 TRAINER = "trainer"
+# the per-rank step monitor (suite.resilience.monitor): each rank's median compute per timed
+# step, the median step and the rest; the ranks it names as stragglers and every rank's ratio
+RANK_TABLE = "rank_table"
+STRAGGLERS = "stragglers"
 MODEL_PATHS = "model_paths"  # reference_impl.gpt.GPT.paths(): which code ran attention, blocks

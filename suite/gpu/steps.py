@@ -612,6 +612,35 @@ def window_attention(pack) -> dict[str, Any]:
     return {"systems": found, **({"status": "failed"} if failed else {})}
 
 
+def resilience(pack) -> dict[str, Any]:
+    """MegaScale's two-stage checkpoint on this GPU (``llm_resilience``): one rank of a 350M
+    GPT (a 4 GiB fp32 + AdamW state) whose checkpoints alternate a synchronous write and a copy
+    to host memory persisted in the background; the stall of each, fsynced. (The fault runs
+    need two ranks, each on a GPU of its own.)"""
+    gpu = pack.sizes.device == "cuda"
+    model = ({"n_layer": 24, "n_embd": 1024, "n_head": 16} if gpu else
+             {"n_layer": 1, "n_embd": 32, "n_head": 2})
+    train = {"model": model, "seq_len": 256 if gpu else 16, "global_batch": 8 if gpu else 2,
+             "steps": 14 if gpu else 6, "warmup_steps": 1, "device": pack.sizes.device}
+    spec = {"every": 3, "steps": train["steps"], "global_batch": train["global_batch"],
+            "nprocs": 1}
+    out = pack.results / "llm_resilience" / "ddp"
+    done = pack.seedbench("resilience", "checkpoint", "--trainer", "ddp", "--nprocs", "1",
+                          "--train-json", json.dumps(train), "--spec-json", json.dumps(spec),
+                          "--out-dir", str(out), timeout=280)
+    found = {}
+    for path in sorted(out.glob("checkpoint-*.json")):
+        rec = json.loads(path.read_text())
+        d = rec.get("derived") or {}
+        found[path.stem] = {"status": rec["status"], "reason": rec.get("reason", "")[:300],
+                            **{k: d.get(k) for k in ("stall_s", "persist_s", "state_bytes")}}
+    if not found:
+        return {"status": "failed", "reason": f"no records (exit {done.returncode}): "
+                                              f"{done.stderr[-800:]}"}
+    failed = any(r["status"] == "failed" for r in found.values())
+    return {"systems": found, **({"status": "failed"} if failed else {})}
+
+
 def serving(pack) -> dict[str, Any]:
     """Each system served for one repeat; per system its record's status, the highest VALID
     Server QPS with the p99 there, and Offline samples/s."""
@@ -834,6 +863,7 @@ def activation_memory(pack) -> dict[str, Any]:
 # serving before the scale model's probes: the first H200 run measured those, and not serving
 STEPS = (("env", env), ("kernels", kernels), ("tune", tune), ("peak", peak), ("mha", mha),
          ("bert", bert), ("gpt", gpt), ("window_attention", window_attention),
+         ("resilience", resilience),
          ("serving", serving), ("ladder", ladder),
          ("attention_kernels", attention_kernels), ("hbm_bandwidth", hbm_bandwidth),
          ("gemm_shapes", gemm_shapes),

@@ -162,6 +162,33 @@ WINDOW_COLUMNS: list[Column] = [
     ("gate: max rel err", _num("gate_max_rel_err", ".1e")),
 ]
 
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _slowed_named(r: dict[str, Any]) -> str:
+    if r.get("group") != "straggler":
+        return "–"
+    slowed = "none" if _missing(r.get("slowed")) else f"{int(r['slowed'])}"
+    named = "none" if _missing(r.get("named")) else str(r["named"])
+    return f"{slowed} / {named}"
+
+
+RESILIENCE_COLUMNS: list[Column] = [
+    ("trainer", lambda r: str(r.get("trainer"))), ("system", lambda r: str(r["label"])),
+    ("stall s", _num("stall_s", ".3f")), ("persist s", _num("persist_s", ".3f")),
+    ("state GiB", lambda r: "–" if _missing(r.get("state_bytes")) else
+     f"{r['state_bytes'] / 2**30:.2f}"),
+    ("restore s", _num("restore_s", ".2f")), ("detect s", _num("detect_s", ".2f")),
+    ("detected by", lambda r: "–" if _missing(r.get("detected_by")) else str(r["detected_by"])),
+    ("agent shutdown s", _num("shutdown_s", ".1f")), ("start-up s", _num("startup_s", ".1f")),
+    ("fault to training s", _num("downtime_s", ".1f")),
+    ("steps redone", _num("steps_redone", ".0f")),
+    ("losses bit-exact", lambda r: "–" if _missing(r.get("bit_exact")) else str(r["bit_exact"])),
+    ("slowed / named", _slowed_named), ("throughput lost", _num("throughput_lost", ".2f")),
+    ("left behind", _num("leftovers", ".0f")),
+]
+
 
 def _ci(key: str, spec: str) -> Callable[[dict[str, Any]], str]:
     """``mean [low, high]`` of a mean-over-seeds column."""
@@ -210,6 +237,7 @@ SERVING_COLUMNS: list[Column] = [
 LAYOUTS: dict[str, list[Column]] = {"bert": BERT_COLUMNS, "train": TRAIN_COLUMNS,
                                     "ablation": ABLATION_COLUMNS, "loss": LOSS_COLUMNS,
                                     "window": WINDOW_COLUMNS, "pipeline": PIPELINE_COLUMNS,
+                                    "resilience": RESILIENCE_COLUMNS,
                                     "scale": SCALE_COLUMNS, "vwn": VWN_COLUMNS,
                                     "pma": PMA_COLUMNS, "serving": SERVING_COLUMNS}
 

@@ -67,6 +67,8 @@ class Trainer(ABC):
     name: str = ""
     description: str = ""
     launcher: str = "torchrun"  # config.LAUNCHERS: how ``suite.launch.command`` starts ranks
+    # why a checkpoint of this engine cannot be taken through ``checkpoint_state``; "" = it can
+    checkpoint_unsupported: str = ""
 
     def available(self) -> tuple[bool, str]:
         """Whether this engine can run here; ``(False, reason)`` instead of raising, so that a
@@ -108,6 +110,12 @@ class Trainer(ABC):
             logits, _ = module(inputs)
         module.train(was_training)
         return self.global_mean(loss_fn(logits, targets))
+
+    def checkpoint_state(self) -> tuple[nn.Module, torch.optim.Optimizer]:
+        """The module and optimizer a checkpoint holds, as ``torch.distributed.checkpoint``'s
+        ``get_state_dict`` reads them (plain, DDP-wrapped or FSDP2-sharded modules); an engine
+        that keeps its state elsewhere says so in ``checkpoint_unsupported``."""
+        return self.model, self.optimizer
 
     def teardown(self) -> None:
         """Release what ``setup`` built beyond the process group (which the run owns); an

@@ -238,6 +238,9 @@ class PipelineTrainer(Trainer):
     def forward_module(self) -> nn.Module:
         return self.module
 
+    def checkpoint_state(self):
+        return self.module, self.optimizer  # this stage's layers and their optimizer state
+
     def details(self) -> dict[str, Any]:
         p, m = self.stages, self.micro_batches
         timed = slice(self.cfg.warmup_steps - self.cfg.steps, None)  # the measured steps

@@ -65,6 +65,11 @@ class ZeroTrainer(Trainer):
     stage = 1
     overlap_comm: bool | None = None  # DeepSpeed's default for the stage
 
+    checkpoint_unsupported = (
+        "DeepSpeed keeps ZeRO's partitioned optimizer state in its own checkpoint format "
+        "(engine.save_checkpoint), which torch.distributed.checkpoint's get_state_dict does "
+        "not read; the resilience runs use torch-native engines (ddp, fsdp2)")
+
     def available(self) -> tuple[bool, str]:
         ok, why = super().available()
         if not ok:

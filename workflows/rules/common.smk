@@ -83,15 +83,32 @@ def oracle_flag(wildcards):
 
 LLM_JOBS = {job.path(RESULTS): job for js in llm_plan.jobs(config).values() for job in js}
 LLM_WINDOW_JOBS = {job.label: job for job in llm_plan.window_jobs(config)}
+LLM_RESILIENCE_JOBS = {f"{job.trainer}-{job.group}": job
+                       for job in llm_plan.resilience_jobs(config)}
+RESILIENCE_SYSTEMS = {job.group: job.systems for job in LLM_RESILIENCE_JOBS.values()}
+
+
+def resilience_param(group, key):
+    """A param of a trainer's resilience job of ``group``, from the wildcards alone (JSON for
+    the dicts, keys sorted)."""
+
+    def param(wildcards):
+        value = getattr(LLM_RESILIENCE_JOBS[f"{wildcards.trainer}-{group}"], key)
+        return json.dumps(value, sort_keys=True) if isinstance(value, dict) else value
+
+    return param
+
+
 LLM_EXPERIMENTS = sorted({job.experiment for job in LLM_JOBS.values()}) + (
     [llm_plan.WINDOW_EXPERIMENT] if LLM_WINDOW_JOBS else []) + (
+    [llm_plan.RESILIENCE_EXPERIMENT] if LLM_RESILIENCE_JOBS else []) + (
     ["llm_scale"] if config["llm"]["enabled"] and config["llm"]["scale"]["enabled"] else [])
 
 
 def llm_steplogs(wildcards):
     """The step log beside each training record: the source of the loss curves (the attention
-    benchmark's records have none)."""
-    if wildcards.experiment == llm_plan.WINDOW_EXPERIMENT:
+    benchmark's and the resilience runs' records have none)."""
+    if wildcards.experiment in (llm_plan.WINDOW_EXPERIMENT, llm_plan.RESILIENCE_EXPERIMENT):
         return []
     return [p.removesuffix(".json") + ".steps.jsonl" for p in records(wildcards)]
 
@@ -185,6 +202,8 @@ def records_of(root, experiment):
         return [job.path(RESULTS) for job in BERT_JOBS[experiment]]
     if experiment == llm_plan.WINDOW_EXPERIMENT:
         return [p for job in LLM_WINDOW_JOBS.values() for p in job.paths(RESULTS)]
+    if experiment == llm_plan.RESILIENCE_EXPERIMENT:
+        return [p for job in LLM_RESILIENCE_JOBS.values() for p in job.paths(RESULTS)]
     if family == "llm":
         return sorted(p for p, job in LLM_JOBS.items() if job.experiment == experiment)
     if family == "pretrain":

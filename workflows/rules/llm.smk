@@ -13,7 +13,8 @@ rule llm_point:
     wildcard_constraints:
         # every llm experiment but the attention benchmark (its own rule below)
         experiment="|".join(e for e in experiments.names("llm")
-                            if e != llm_plan.WINDOW_EXPERIMENT),
+                            if e not in (llm_plan.WINDOW_EXPERIMENT,
+                                         llm_plan.RESILIENCE_EXPERIMENT)),
         label=r"[a-z0-9][a-z0-9_.-]*",
         trainer=r"[a-z0-9][a-z0-9_-]*",
     params:
@@ -66,3 +67,36 @@ rule llm_window_point:
         " --head-dim {params.point[head_dim]} --batch {params.point[batch]}"
         " --dtype {params.job.dtype} --repeats {params.job.repeats} --device {params.job.device}"
         " --out-dir {params.out_dir} > {log} 2>&1"
+
+
+
+# llm_resilience: a rule per group (its systems are its outputs), a job per trainer. The faults
+# job waits out collective timeouts and torchrun's 30 s shutdown of a stopped rank more than it
+# computes: one core, so it runs beside the report's one-core steps; the others are timed.
+for _group, _systems in RESILIENCE_SYSTEMS.items():
+
+    rule:
+        name:
+            f"llm_resilience_{_group}"
+        output:
+            [f"{RESULTS}/{llm_plan.RESILIENCE_EXPERIMENT}/{{trainer}}/{s}.json" for s in _systems],
+        log:
+            f"{RESULTS}/logs/{llm_plan.RESILIENCE_EXPERIMENT}/{{trainer}}-{_group}.log",
+        wildcard_constraints:
+            trainer=r"[a-z0-9][a-z0-9_-]*",
+        params:
+            # of the wildcards only, as llm_point's: a changed config runs the job again
+            group=resilience_param(_group, "group"),
+            nprocs=resilience_param(_group, "nprocs"),
+            train=resilience_param(_group, "train"),
+            spec=resilience_param(_group, "spec"),
+            out_dir=lambda wildcards: (
+                f"{RESULTS}/{llm_plan.RESILIENCE_EXPERIMENT}/{wildcards.trainer}"),
+            timeout=config["llm"]["timeout_s"],
+        threads: 1 if _group == "faults" else TIMED_THREADS
+        shell:
+            # the shell runs after the loop: its group comes from params, not from _group
+            "seedbench resilience {params.group}"
+            " --trainer {wildcards.trainer} --nprocs {params.nprocs}"
+            " --train-json {params.train:q} --spec-json {params.spec:q}"
+            " --timeout-s {params.timeout} --out-dir {params.out_dir} > {log} 2>&1"
