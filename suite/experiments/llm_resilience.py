@@ -7,12 +7,13 @@
   run beside its background write took over the healthy median, plus any wait for the write to
   end before the next checkpoint. Also: bytes, persist time and rate, the time to read it back,
   and this disk's fsynced write rate beside them.
-- ``faults``: the uninterrupted run, then one run per fault kind under torchrun's agent
-  (``--max-restarts``): time to detect (the first of the peers' error and the agent's
-  "failed (exitcode ...)" line), the restart broken into the agent's shutdown, the new
-  processes' start and rendezvous, the restore and the first step; the work lost (steps since
-  the last committed checkpoint); every step's loss against the uninterrupted run's (equal to
-  the bit, or ``incorrect``); and what the run left behind.
+- ``faults``: the uninterrupted run and one run per fault kind under torchrun's agent
+  (``--max-restarts``), one after another, and beside them the hang, which mostly waits
+  (``WAITING``; each record says what ran beside it): time to detect (the first of the peers'
+  error and the agent's "failed (exitcode ...)" line), the restart broken into the agent's
+  shutdown, the new processes' start and rendezvous, the restore and the first step; the work
+  lost (steps since the last committed checkpoint); every step's loss against the
+  uninterrupted run's (equal to the bit, or ``incorrect``); and what the run left behind.
 - ``straggler``: phases with no rank or one rank slowed by a busy process pinned to its core;
   the per-rank monitor names the slow rank, and the throughput lost against the clean phase.
 """
@@ -24,6 +25,7 @@ import shutil
 import statistics
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -232,16 +234,31 @@ def checkpoint_stalls(events: list[dict], warmup: int) -> dict[str, dict[str, An
 # ----------------------------------------------------------------------------- faults
 
 
+# Faults whose run mostly waits (a collective timeout, torchrun's 30 s grace for a stopped rank)
+# run beside the others, which run one after another.
+WAITING = ("hang",)
+
+
 def _faults(job: ResilienceJob, work: Path, records: dict[str, Record], timeout_s: float,
             log) -> None:
     f = job.spec
     ckpt = {"every": f["every"], "modes": [f["mode"]]}
-    ref_dir = work / "none"
-    ref = launch(_spec(job, work, ckpt={**ckpt, "dir": str(ref_dir / "ckpt")}), ref_dir,
-                 job.nprocs, 0, timeout_s, log)
+
+    def run(kind: str | None) -> Launch:
+        folder = work / (kind or "none")
+        fault = {"fault": {"kind": kind, "step": f["step"], "rank": f["rank"]},
+                 "markers": str(folder / "markers")} if kind else {}
+        return launch(_spec(job, work, ckpt={**ckpt, "dir": str(folder / "ckpt")}, **fault),
+                      folder, job.nprocs, f["max_restarts"] if kind else 0, timeout_s, log)
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        waiting = {k: pool.submit(run, k) for k in f["kinds"] if k in WAITING}
+        ref = run(None)
+        runs = {k: run(k) for k in f["kinds"] if k not in WAITING}
+        runs.update({k: future.result() for k, future in waiting.items()})
     if ref.code != 0:
         raise RuntimeError(_failed(ref, "the uninterrupted run"))
-    reference = {s: e["loss"] for s, e in _steps(read_events(ref_dir)).items()}
+    reference = {s: e["loss"] for s, e in _steps(read_events(work / "none")).items()}
     rec = records["fault-none"]
     rec.derived = {"losses": [reference[s] for s in sorted(reference)],
                    "wall_s": ref.ended - ref.started, "leftovers": ref.leftovers}
@@ -249,30 +266,30 @@ def _faults(job: ResilienceJob, work: Path, records: dict[str, Record], timeout_
     for kind in f["kinds"]:
         rec = records[f"fault-{kind}"]
         with outcome(rec):
-            folder = work / kind
-            fault = {"kind": kind, "step": f["step"], "rank": f["rank"]}
-            spec = _spec(job, work, ckpt={**ckpt, "dir": str(folder / "ckpt")}, fault=fault,
-                         markers=str(folder / "markers"))
-            run = launch(spec, folder, job.nprocs, f["max_restarts"], timeout_s, log)
-            events = read_events(folder)
-            rec.derived = {"leftovers": run.leftovers, "timeout_s": job.train["timeout_s"],
-                           "max_restarts": f["max_restarts"],
-                           "agent_lines": [line for _, line in run.lines
-                                           if "exitcode" in line][:6]}
-            if run.code != 0:
-                limit = (f"torchrun --max-restarts {f['max_restarts']} allows no restart"
-                         if f["max_restarts"] == 0 else
-                         f"the {f['max_restarts']} restart(s) torchrun allows were not enough")
-                raise RuntimeError(f"the {kind} fault ended the run: {limit}; "
-                                   + _failed(run, "torchrun"))
-            rec.derived.update(recovery(events, run, reference))
-            if not rec.derived["bit_exact"]:
-                rec.status = Status.INCORRECT
-                rec.reason = (f"after the {kind} fault the losses differ from the "
-                              f"uninterrupted run's (max |diff| "
-                              f"{rec.derived['max_abs_loss_diff']:.3g})")
-            else:
-                rec.status = Status.OK
+            _judge(rec, kind, runs[kind], read_events(work / kind), reference, job,
+                   beside=[k for k in f["kinds"] if (k in WAITING) != (kind in WAITING)])
+
+
+def _judge(rec: Record, kind: str, run: Launch, events: list[dict], reference: dict[int, float],
+           job: ResilienceJob, beside: list[str]) -> None:
+    """One fault run's record: the recovery's figures, ``incorrect`` when a loss differs."""
+    f = job.spec
+    rec.derived = {"leftovers": run.leftovers, "timeout_s": job.train["timeout_s"],
+                   "max_restarts": f["max_restarts"], "ran_beside": beside,
+                   "agent_lines": [line for _, line in run.lines if "exitcode" in line][:6]}
+    if run.code != 0:
+        limit = (f"torchrun --max-restarts {f['max_restarts']} allows no restart"
+                 if f["max_restarts"] == 0 else
+                 f"the {f['max_restarts']} restart(s) torchrun allows were not enough")
+        raise RuntimeError(f"the {kind} fault ended the run: {limit}; "
+                           + _failed(run, "torchrun"))
+    rec.derived.update(recovery(events, run, reference))
+    if rec.derived["bit_exact"]:
+        rec.status = Status.OK
+        return
+    rec.status = Status.INCORRECT
+    rec.reason = (f"after the {kind} fault the losses differ from the uninterrupted run's "
+                  f"(max |diff| {rec.derived['max_abs_loss_diff']:.3g})")
 
 
 def recovery(events: list[dict], run: Launch, reference: dict[int, float]) -> dict[str, Any]:

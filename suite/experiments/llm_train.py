@@ -137,20 +137,25 @@ def rank_slice(batch: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
 # ----------------------------------------------------------------------------- distributed
 
 
+def rank_device(cfg: TrainConfig, local_rank: int) -> tuple[torch.device, str]:
+    """This rank's device (made current on CUDA) and its collectives' backend."""
+    device = resolve_device(cfg.device, local_rank)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    return device, "nccl" if device.type == "cuda" else "gloo"
+
+
 def init_distributed(cfg: TrainConfig, trainer: Trainer) -> tuple[DistInfo, bool, list[str]]:
     """The rank's DistInfo, whether this call created the process group (to destroy), and the
     environment variables it set (to remove again)."""
     rank, world, local = env_rank()
-    device = resolve_device(cfg.device, local)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
+    device, backend = rank_device(cfg, local)
     if trainer.launcher == "single":
         if world != 1:
             raise ValueError(f"trainer {trainer.name!r} runs one process but WORLD_SIZE={world}; "
                              f"launch it without torchrun/deepspeed")
         return DistInfo.single(device), False, []
     tdist = torch.distributed
-    backend = "nccl" if device.type == "cuda" else "gloo"
     timeout = timedelta(seconds=cfg.timeout_s)
     if tdist.is_initialized():
         return DistInfo(tdist.get_rank(), tdist.get_world_size(), local, device,

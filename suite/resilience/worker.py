@@ -201,17 +201,13 @@ def _init_group(cfg, attempt: int):
     4 restarts on this CPU."""
     from datetime import timedelta
 
-    import torch
     import torch.distributed as tdist
 
-    from suite.devices import resolve_device
+    from suite.experiments.llm_train import rank_device
     from suite.trainers.base import DistInfo, env_rank
 
     rank, world, local = env_rank()
-    device = resolve_device(cfg.device, local)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    backend = "nccl" if device.type == "cuda" else "gloo"
+    device, backend = rank_device(cfg, local)
     timeout = timedelta(seconds=cfg.timeout_s)
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":  # a launcher without one
         tdist.init_process_group(backend, timeout=timeout)
