@@ -74,11 +74,12 @@ def _ok(table: pd.DataFrame, system: str) -> pd.DataFrame:
 
 
 def checkpoint_pair(table: pd.DataFrame, trainer: str | None = None):
-    """(sync row, two-stage row) of ``trainer`` (default: the one with the largest state), or
-    None when either is missing."""
+    """(sync row, two-stage row) of ``trainer`` (default: the first by name of those with the
+    largest state, within 1%: engines save the same state give or take a few bytes), or None
+    when either is missing."""
     sync, two = _ok(table, "checkpoint-sync"), _ok(table, "checkpoint-two-stage")
     if trainer is None and len(sync):
-        trainer = sync.sort_values("state_bytes").trainer.iloc[-1]
+        trainer = sorted(sync[sync.state_bytes >= 0.99 * sync.state_bytes.max()].trainer)[0]
     sync, two = sync[sync.trainer == trainer], two[two.trainer == trainer]
     return None if sync.empty or two.empty else (sync.iloc[0], two.iloc[0])
 
