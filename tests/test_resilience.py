@@ -261,6 +261,18 @@ def _job(tmp_path, group, trainer="ddp", **spec):
     return ResilienceJob(trainer, group, 2, TRAIN | {"timeout_s": 5}, base | spec)
 
 
+def test_a_failed_launch_names_the_first_error_a_rank_recorded(tmp_path):
+    from suite.experiments.llm_resilience import _failed
+    from suite.resilience.worker import Events
+
+    Events(tmp_path, rank=1, attempt=0).emit(
+        "error", kind="other", error="CheckpointError: cannot write checkpoint /x: No space left")
+    run = Launch(code=1, started=0, ended=1, lines=[(0.5, "ChildFailedError")])
+    assert _failed(run, "the checkpoint run", tmp_path) == (
+        "the checkpoint run exited with code 1 (rank 1: CheckpointError: cannot write checkpoint "
+        "/x: No space left); last output:\nChildFailedError")
+
+
 def test_a_fault_past_the_runs_end_fails_the_job_by_name(tmp_path):
     paths = run_job(_job(tmp_path, "faults", step=9), tmp_path / "out")
     recs = [read_record(p) for p in paths]

@@ -125,10 +125,12 @@ def _spec(job: ResilienceJob, work: Path, **extra: Any) -> dict[str, Any]:
             **extra}
 
 
-def _failed(run: Launch, what: str) -> str:
-    if run.timed_out:
-        return f"{what} timed out; last output:\n{run.tail()}"
-    return f"{what} exited with code {run.code}; last output:\n{run.tail()}"
+def _failed(run: Launch, what: str, events: Path) -> str:
+    """Why a launch failed: the first error a rank recorded, then the launcher's last lines."""
+    errors = [e for e in read_events(events) if e["event"] == "error"] if events.is_dir() else []
+    cause = f" (rank {errors[0]['rank']}: {errors[0]['error']})" if errors else ""
+    ended = "timed out" if run.timed_out else f"exited with code {run.code}"
+    return f"{what} {ended}{cause}; last output:\n{run.tail()}"
 
 
 def _steps(events: list[dict], rank: int = 0) -> dict[int, dict]:
@@ -164,7 +166,7 @@ def _checkpoint(job: ResilienceJob, work: Path, records: dict[str, Record], time
     run = launch(spec, work / "run", job.nprocs, 0, timeout_s, log)
     events = read_events(work / "run")
     if run.code != 0:
-        raise RuntimeError(_failed(run, "the checkpoint run"))
+        raise RuntimeError(_failed(run, "the checkpoint run", work / "run"))
     per_mode = checkpoint_stalls(events, job.train["warmup_steps"])
     for mode, figures in per_mode.items():
         rec = records[f"checkpoint-{mode}"]
@@ -257,7 +259,7 @@ def _faults(job: ResilienceJob, work: Path, records: dict[str, Record], timeout_
         runs = {k: run(k) for k in f["kinds"] if k not in WAITING}
         runs.update({k: future.result() for k, future in waiting.items()})
     if ref.code != 0:
-        raise RuntimeError(_failed(ref, "the uninterrupted run"))
+        raise RuntimeError(_failed(ref, "the uninterrupted run", work / "none"))
     reference = {s: e["loss"] for s, e in _steps(read_events(work / "none")).items()}
     rec = records["fault-none"]
     rec.derived = {"losses": [reference[s] for s in sorted(reference)],
@@ -266,11 +268,11 @@ def _faults(job: ResilienceJob, work: Path, records: dict[str, Record], timeout_
     for kind in f["kinds"]:
         rec = records[f"fault-{kind}"]
         with outcome(rec):
-            _judge(rec, kind, runs[kind], read_events(work / kind), reference, job,
+            _judge(rec, kind, runs[kind], work / kind, reference, job,
                    beside=[k for k in f["kinds"] if (k in WAITING) != (kind in WAITING)])
 
 
-def _judge(rec: Record, kind: str, run: Launch, events: list[dict], reference: dict[int, float],
+def _judge(rec: Record, kind: str, run: Launch, folder: Path, reference: dict[int, float],
            job: ResilienceJob, beside: list[str]) -> None:
     """One fault run's record: the recovery's figures, ``incorrect`` when a loss differs."""
     f = job.spec
@@ -282,8 +284,8 @@ def _judge(rec: Record, kind: str, run: Launch, events: list[dict], reference: d
                  if f["max_restarts"] == 0 else
                  f"the {f['max_restarts']} restart(s) torchrun allows were not enough")
         raise RuntimeError(f"the {kind} fault ended the run: {limit}; "
-                           + _failed(run, "torchrun"))
-    rec.derived.update(recovery(events, run, reference))
+                           + _failed(run, "torchrun", folder))
+    rec.derived.update(recovery(read_events(folder), run, reference))
     if rec.derived["bit_exact"]:
         rec.status = Status.OK
         return
@@ -329,6 +331,8 @@ def recovery(events: list[dict], run: Launch, reference: dict[int, float]) -> di
         "final_loss": losses.get(max(reference)), "reference_final_loss": reference[
             max(reference)],
         "attempts": 1 + max(e["attempt"] for e in events),
+        # checkpoints a restart passed over (unfinished, truncated), each with its reason
+        "checkpoints_skipped": sorted({e["why"] for e in events if e["event"] == "skipped"}),
     }
 
 
@@ -342,7 +346,7 @@ def _straggler(job: ResilienceJob, work: Path, records: dict[str, Record], timeo
                                              "steps": s["steps_per_phase"]}),
                  work / "run", job.nprocs, 0, timeout_s, log)
     if run.code != 0:
-        raise RuntimeError(_failed(run, "the straggler run"))
+        raise RuntimeError(_failed(run, "the straggler run", work / "run"))
     rec = records["straggler"]
     rec.derived = {**straggler_phases(read_events(work / "run"), s["steps_per_phase"]),
                    "leftovers": run.leftovers}

@@ -188,6 +188,7 @@ def run(spec: dict[str, Any], events_dir: Path) -> None:
 
         ev.emit("error", kind=classify(e), error=f"{type(e).__name__}: {e}"[:500],
                 where=traceback.format_tb(e.__traceback__)[-3:])
+        print(f"[rank {rank}] {classify(e)}: {type(e).__name__}: {e}"[:500], file=sys.stderr)
         for h in hogs:
             h.kill()
         sys.stderr.flush()
