@@ -282,6 +282,14 @@ def test_a_fault_past_the_runs_end_fails_the_job_by_name(tmp_path):
                for r in recs)
 
 
+def test_a_checkpoint_run_too_short_for_both_modes_fails_by_name(tmp_path):
+    job = ResilienceJob("ddp", "checkpoint", 1, TRAIN | {"steps": 6},
+                        {"every": 3, "global_batch": 2, "nprocs": 1})
+    recs = [read_record(p) for p in run_job(job, tmp_path)]
+    assert {r.status.value for r in recs} == {"failed"}
+    assert "checkpoint.every=3 over steps=6 leaves 1 checkpoint(s)" in recs[0].reason
+
+
 def test_an_engine_whose_state_dcp_cannot_read_is_unavailable(tmp_path):
     rec = read_record(run_job(_job(tmp_path, "straggler", trainer="zero2"), tmp_path)[0])
     assert rec.status.value == "unavailable" and "engine.save_checkpoint" in rec.reason

@@ -53,7 +53,8 @@ def resilience_rows(path: Path) -> list[dict]:
         "created_at": rec.created_at, "record": str(path)}
     if rec.point.get("group") == "straggler" and d.get("phases"):
         return [{**base, "label": f"phase {p['index']}", "slowed": p["slowed"],
-                 "named": ";".join(str(r) for r in p["named"]), "correct": p["correct"],
+                 "named": ", ".join(f"rank {r}" for r in p["named"]) or "none",
+                 "correct": p["correct"],
                  "slowdown": max(p["ratios"].values(), default=None) if p["slowed"] is not None
                  else None, "step_s": p["step_s"], "throughput_lost": p["throughput_lost"]}
                 for p in d["phases"]]

@@ -90,6 +90,12 @@ def _check(job: ResilienceJob) -> None:
         if s["every"] >= s["steps"]:
             raise ValueError(f"faults.every={s['every']} leaves no checkpoint before the end "
                              f"(steps={s['steps']})")
+    if job.group == "checkpoint":
+        count = len(range(s["every"] - 1, job.train["steps"] - 1, s["every"]))
+        if count < 2:
+            raise ValueError(f"checkpoint.every={s['every']} over steps={job.train['steps']} "
+                             f"leaves {count} checkpoint(s) before the end; the modes alternate, "
+                             f"so at least 2 are needed")
     if job.group == "straggler":
         bad = [p for p in s["phases"] if p is not None and p >= job.nprocs]
         if bad:

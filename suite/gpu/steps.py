@@ -621,7 +621,7 @@ def resilience(pack) -> dict[str, Any]:
     model = ({"n_layer": 24, "n_embd": 1024, "n_head": 16} if gpu else
              {"n_layer": 1, "n_embd": 32, "n_head": 2})
     train = {"model": model, "seq_len": 256 if gpu else 16, "global_batch": 8 if gpu else 2,
-             "steps": 14 if gpu else 6, "warmup_steps": 1, "device": pack.sizes.device}
+             "steps": 14 if gpu else 8, "warmup_steps": 1, "device": pack.sizes.device}
     spec = {"every": 3, "steps": train["steps"], "global_batch": train["global_batch"],
             "nprocs": 1}
     out = pack.results / "llm_resilience" / "ddp"

@@ -169,9 +169,8 @@ def _missing(value: Any) -> bool:
 def _slowed_named(r: dict[str, Any]) -> str:
     if r.get("group") != "straggler":
         return "–"
-    slowed = "none" if _missing(r.get("slowed")) else f"{int(r['slowed'])}"
-    named = "none" if _missing(r.get("named")) else str(r["named"])
-    return f"{slowed} / {named}"
+    slowed = "none" if _missing(r.get("slowed")) else f"rank {int(r['slowed'])}"
+    return f"{slowed} / {r.get('named') or 'none'}"
 
 
 RESILIENCE_COLUMNS: list[Column] = [
