@@ -104,8 +104,8 @@ def test_loss_sweep_same_tokens_same_budget():
     assert all(j.train["data"] == "text" and j.check_steps == 0 for j in runs)
     unequal = {"llm": {**CONFIG["llm"], "loss": {**CONFIG["llm"]["loss"],
                                                 "lrs": {"adamw": [0.001], "lamb": [0.01, 0.02]}}}}
-    with pytest.raises(ConfigError, match="adamw has 1 learning rates, lamb 2: the two sweeps "
-                                          "must be as long"):
+    with pytest.raises(ConfigError, match=r"adamw \[0.001\] has 1 learning rates, lamb "
+                                          r"\[0.01, 0.02\] 2: the two sweeps must be as long"):
         jobs(unequal)
 
 

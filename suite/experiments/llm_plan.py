@@ -124,9 +124,9 @@ def _check_loss(lo: dict[str, Any]) -> None:
                           f"steps / multiplier at multiplier x the batch, AdamW's tokens")
     sweep = lo["lrs"]
     if len(sweep["adamw"]) != len(sweep["lamb"]):
-        raise ConfigError(f"llm.loss.lrs: adamw has {len(sweep['adamw'])} learning rates, lamb "
-                          f"{len(sweep['lamb'])}: the two sweeps must be as long (the same "
-                          f"budget for each optimizer)")
+        raise ConfigError(f"llm.loss.lrs: adamw {sweep['adamw']} has {len(sweep['adamw'])} "
+                          f"learning rates, lamb {sweep['lamb']} {len(sweep['lamb'])}: the two "
+                          f"sweeps must be as long (the same budget for each optimizer)")
 
 
 def _check_pipelines(llm: dict[str, Any]) -> None:
