@@ -73,7 +73,7 @@ def test_a_resumed_run_equals_the_uninterrupted_one_to_the_bit(tmp_path, group, 
     _steps(cfg, engine, batches[:3])
     ck = store.CheckpointStore(tmp_path, rank=0, group=group)
     ck.save(2, _state(engine), {"step": 2}, mode)
-    ck.finish()
+    ck.close()
     after = _steps(cfg, engine, batches[3:])
 
     _, fresh = _engine(seed=1)  # other weights: everything must come from the checkpoint
@@ -210,10 +210,15 @@ def test_a_checkpoints_stall_counts_the_steps_beside_its_background_write():
               _ev(7.1, "checkpoint", step=4, mode="two-stage", blocked_s=0.1),
               step(5, 8.5, 1.5), step(6, 10, 1.3),
               _ev(10.1, "committed", step=4, mode="two-stage", persisted_s=2.5, nbytes=100),
-              step(7, 11, 1.0)]
+              step(7, 11, 1.0),
+              _ev(11.1, "checkpoint", step=7, mode="sync", blocked_s=1.0),
+              _ev(11.1, "committed", step=7, mode="sync", persisted_s=1.0, nbytes=100),
+              step(8, 13, 1.0), step(9, 14, 1.0)]
     out = checkpoint_stalls(events, warmup=1)
-    assert out["sync"]["stall_s"] == 2.0 and out["sync"]["persist_bytes_per_s"] == 50
-    assert out["two-stage"]["stall_s"] == pytest.approx(0.1 + 0.5 + 0.3)
+    # sync's first checkpoint (its set-up) is apart; the stall is the median of the others
+    assert out["sync"]["first_stall_s"] == 2.0 and out["sync"]["stalls_s"] == [1.0]
+    assert out["sync"]["stall_s"] == 1.0 and out["sync"]["persist_bytes_per_s"] == 100 / 1.5
+    assert out["two-stage"]["stall_s"] == pytest.approx(0.1 + 0.5 + 0.3)  # one: itself
     assert out["two-stage"]["checkpoints"][0]["steps_beside"] == 2
 
 
@@ -256,7 +261,8 @@ def test_straggler_phases_name_the_slowed_rank():
 
 def _job(tmp_path, group, trainer="ddp", **spec):
     base = {"faults": {"kinds": ["kill"], "steps": 4, "step": 2, "rank": 1, "every": 1,
-                       "mode": "sync", "max_restarts": 1, "timeout_s": 5},
+                       "mode": "sync", "max_restarts": 1, "timeout_s": 5,
+                       "shutdown_timeout_s": 2},
             "straggler": {"phases": [None, 1], "steps_per_phase": 3}}[group]
     return ResilienceJob(trainer, group, 2, TRAIN | {"timeout_s": 5}, base | spec)
 
@@ -274,7 +280,8 @@ def test_a_failed_launch_names_the_first_error_a_rank_recorded(tmp_path):
 
 
 def test_a_fault_past_the_runs_end_fails_the_job_by_name(tmp_path):
-    paths = run_job(_job(tmp_path, "faults", step=9), tmp_path / "out")
+    paths = run_job(_job(tmp_path, "faults", step=9), tmp_path / "out", work_dir=tmp_path)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("seedbench-")]  # cleaned
     recs = [read_record(p) for p in paths]
     assert [r.system for r in recs] == ["fault-none", "fault-kill"]
     assert {r.status.value for r in recs} == {"failed"}
@@ -295,16 +302,23 @@ def test_an_engine_whose_state_dcp_cannot_read_is_unavailable(tmp_path):
     assert rec.status.value == "unavailable" and "engine.save_checkpoint" in rec.reason
 
 
-@pytest.mark.slow
 def test_a_fault_with_no_restart_allowed_is_a_failed_record_and_leaves_nothing(tmp_path):
-    paths = run_job(_job(tmp_path, "faults", max_restarts=0), tmp_path / "out",
-                    work_dir=tmp_path, timeout_s=120, log=lambda line: None)
-    none, kill = (read_record(p) for p in paths)
-    assert none.status.value == "ok" and len(none.derived["losses"]) == 4
-    assert kill.status.value == "failed"
-    assert "the kill fault ended the run: torchrun --max-restarts 0 allows no restart" in (
-        kill.reason)
-    assert kill.derived["leftovers"] == []
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith("seedbench-")]  # cleaned
-    events = tmp_path / "out" / "events" / "faults" / "kill" / "rank1.jsonl"
-    assert any(json.loads(line)["event"] == "fault" for line in events.read_text().splitlines())
+    """The real agent with ``--max-restarts 0``: the killed rank ends the run, the record says
+    so by name, nothing of the run is left (one launch: the judging needs no reference)."""
+    from suite.experiments.llm_resilience import _judge, _spec
+    from suite.records import new_record
+    from suite.resilience.supervise import launch
+
+    job = _job(tmp_path, "faults", max_restarts=0)
+    f = job.spec
+    spec = _spec(job, tmp_path, ckpt={"every": 1, "modes": ["sync"], "dir": str(tmp_path / "c")},
+                 fault={"kind": "kill", "step": f["step"], "rank": f["rank"]})
+    run = launch(spec, tmp_path / "kill", 2, 0, 120, log=lambda line: None)
+    rec = new_record("llm_resilience", "fault-kill", {}, {})
+    with pytest.raises(RuntimeError) as err:
+        _judge(rec, "kill", run, tmp_path / "kill", {}, job, beside=[])
+    assert "the kill fault ended the run: torchrun --max-restarts 0 allows no restart" in str(
+        err.value)
+    assert rec.derived["leftovers"] == [] and run.agent_failures()  # the agent saw it end
+    events = (tmp_path / "kill" / "rank1.jsonl").read_text().splitlines()
+    assert any(json.loads(line)["event"] == "fault" for line in events)

@@ -243,7 +243,8 @@ def pipeline_figure(data: FigureData, out: Path) -> list[Path]:
 
 
 def resilience_figure(data: FigureData, out: Path) -> list[Path]:
-    """Left: each checkpoint's stall, synchronous and two-stage. Middle: recovery after each
+    """Left: each mode's checkpoint stall (bars: the median after the first; crosses: the first,
+    which pays the mode's set-up). Middle: recovery after each
     fault, split into detection, the agent's shutdown, start-up, restore and the first step.
     Right: ETTR against cluster size for the 175B run under each scheme (Daly's interval,
     Llama 3's failure rate, this run's costs carried to a node's bytes; Table 2's step), with
@@ -259,6 +260,9 @@ def resilience_figure(data: FigureData, out: Path) -> list[Path]:
         axes[0].scatter([i] * len(stalls), stalls, s=14)
         axes[0].bar(i, r.stall_s, 0.6, alpha=0.4,
                     label=f"{r.trainer} {r.system.removeprefix('checkpoint-')}")
+        if pd.notna(getattr(r, "first_stall_s", None)):  # the set-up each mode pays once
+            axes[0].scatter(i, r.first_stall_s, s=24, marker="x", color="k",
+                            label="first checkpoint (set-up)" if i == 0 else None)
     axes[0].set_xticks(range(len(ok)), [f"{r.trainer}\n{r.system.removeprefix('checkpoint-')}"
                                         for r in ok.itertuples()])
     axes[0].set(ylabel="training time lost per checkpoint (s)", title="Checkpoint stall")

@@ -58,8 +58,8 @@ def resilience_rows(path: Path) -> list[dict]:
                  "slowdown": max(p["ratios"].values(), default=None) if p["slowed"] is not None
                  else None, "step_s": p["step_s"], "throughput_lost": p["throughput_lost"]}
                 for p in d["phases"]]
-    keys = ("stall_s", "persist_s", "state_bytes", "persist_bytes_per_s", "restore_s",
-            "healthy_step_s", "detect_s", "detected_by", "shutdown_s", "startup_s",
+    keys = ("stall_s", "first_stall_s", "persist_s", "state_bytes", "persist_bytes_per_s",
+            "restore_s", "healthy_step_s", "detect_s", "detected_by", "shutdown_s", "startup_s",
             "first_step_s", "recovery_s", "downtime_s", "steps_redone", "lost_work_s",
             "bit_exact", "timeout_s", "max_restarts")
     row = {**base, "label": rec.system, **{k: d.get(k) for k in keys}}

@@ -281,7 +281,8 @@ def trainers(config: dict[str, Any]) -> list[str]:
 # llm_resilience (suite.experiments.llm_resilience): per trainer, three jobs, each writing the
 # records its group names (faults: the uninterrupted run and one per fault kind).
 RESILIENCE_EXPERIMENT = "llm_resilience"
-CHECKPOINT_SYSTEMS = ("checkpoint-sync", "checkpoint-two-stage", "checkpoint-nvrx-async")
+CHECKPOINT_SYSTEMS = ("checkpoint-sync", "checkpoint-two-stage", "checkpoint-two-stage-thread",
+                      "checkpoint-nvrx-async")
 
 
 @dataclass(frozen=True)

@@ -614,14 +614,15 @@ def window_attention(pack) -> dict[str, Any]:
 
 def resilience(pack) -> dict[str, Any]:
     """MegaScale's two-stage checkpoint on this GPU (``llm_resilience``): one rank of a 350M
-    GPT (a 4 GiB fp32 + AdamW state) whose checkpoints alternate a synchronous write and a copy
-    to host memory persisted in the background; the stall of each, fsynced. (The fault runs
+    GPT (a 4 GiB fp32 + AdamW state) whose checkpoints take turns: a synchronous write, and a
+    copy to host memory persisted in the background by a process and by a thread; the stall of
+    each, fsynced. (The fault runs
     need two ranks, each on a GPU of its own.)"""
     gpu = pack.sizes.device == "cuda"
     model = ({"n_layer": 24, "n_embd": 1024, "n_head": 16} if gpu else
              {"n_layer": 1, "n_embd": 32, "n_head": 2})
     train = {"model": model, "seq_len": 256 if gpu else 16, "global_batch": 8 if gpu else 2,
-             "steps": 14 if gpu else 8, "warmup_steps": 1, "device": pack.sizes.device}
+             "steps": 20 if gpu else 11, "warmup_steps": 1, "device": pack.sizes.device}
     spec = {"every": 3, "steps": train["steps"], "global_batch": train["global_batch"],
             "nprocs": 1}
     out = pack.results / "llm_resilience" / "ddp"

@@ -175,7 +175,8 @@ def _slowed_named(r: dict[str, Any]) -> str:
 
 RESILIENCE_COLUMNS: list[Column] = [
     ("trainer", lambda r: str(r.get("trainer"))), ("system", lambda r: str(r["label"])),
-    ("stall s", _num("stall_s", ".3f")), ("persist s", _num("persist_s", ".3f")),
+    ("stall s", _num("stall_s", ".3f")), ("first stall s", _num("first_stall_s", ".3f")),
+    ("persist s", _num("persist_s", ".3f")),
     ("state GiB", lambda r: "–" if _missing(r.get("state_bytes")) else
      f"{r['state_bytes'] / 2**30:.2f}"),
     ("restore s", _num("restore_s", ".2f")), ("detect s", _num("detect_s", ".2f")),

@@ -2,7 +2,8 @@
 group (``--max-restarts``) after a rank dies, hangs past the collective timeout or stops on a
 non-finite loss.
 
-``launch`` starts ``torchrun ... -m suite.resilience.worker`` in a session of its own, reads
+``launch`` starts ``torchrun ... -m suite.resilience.worker`` (through ``suite.resilience.elastic``:
+torchrun whose restarts honour its shutdown timeout) in a session of its own, reads
 the launcher's output line by line as it comes (each line stamped with the wall clock when it
 arrived: the agent's "failed (exitcode ...)" line is when the supervisor knew), waits for it
 within a deadline, and afterwards looks for anything the run left behind: a process of the run
@@ -23,6 +24,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from suite.resilience import elastic
 
 TAG = "SEEDBENCH_RESILIENCE_RUN"  # in every process of a run's environment
 WORKER = "suite.resilience.worker"
@@ -51,16 +54,18 @@ class Launch:
 
 def torchrun(spec: dict[str, Any], events: Path, nprocs: int, max_restarts: int,
              python: str = sys.executable) -> list[str]:
-    return [python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+    return [python, "-m", "suite.resilience.elastic", "--standalone", "--nproc-per-node",
             str(nprocs), "--max-restarts", str(max_restarts), "--monitor-interval", "0.1",
             "-m", WORKER, "--spec", json.dumps(spec), "--events", str(events)]
 
 
 def launch(spec: dict[str, Any], events: Path, nprocs: int, max_restarts: int,
-           timeout_s: float, log=None) -> Launch:
-    """Run one job to its end (or ``timeout_s``), its output stamped and passed to ``log``."""
+           timeout_s: float, log=None, shutdown_timeout_s: int = 30) -> Launch:
+    """Run one job to its end (or ``timeout_s``), its output stamped and passed to ``log``;
+    ``shutdown_timeout_s``: the agent's grace between SIGTERM and SIGKILL for a failed group."""
     tag = uuid.uuid4().hex
-    env = {**os.environ, TAG: tag, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, TAG: tag, "PYTHONUNBUFFERED": "1",
+           elastic.ENV: str(shutdown_timeout_s)}
     started = time.time()
     proc = subprocess.Popen(torchrun(spec, events, nprocs, max_restarts), env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

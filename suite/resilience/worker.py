@@ -177,7 +177,7 @@ def run(spec: dict[str, Any], events_dir: Path) -> None:
                     ev.emit("committed", **_saved(saved))
         for h in hogs:
             h.kill()
-        last = store.finish()
+        last = store.close()
         if last is not None:
             ev.emit("committed", **_saved(last))
         if ck.get("restore_check"):
