@@ -1,6 +1,7 @@
 """The cluster paths for real: the SLURM profile against the workflow's rules, two-node training
-over two network namespaces (c10d rendezvous, gloo), and the workflow through a local SLURM
-(``workflows/cluster/local_slurm.py``: slurmctld, slurmd per node, slurmdbd for sacct).
+over two network namespaces (c10d rendezvous, gloo), the workflow through a local SLURM
+(``workflows/cluster/local_slurm.py``: slurmctld, slurmd per node, slurmdbd for sacct), and a
+requeued training job resuming from its checkpoint.
 
 Marked ``cluster`` (``make test-cluster`` runs only these); ``make test`` runs them too. The
 tests that need root, network namespaces or SLURM skip with the reason where those are refused.
@@ -12,6 +13,7 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -564,3 +566,63 @@ def test_the_workflow_through_slurm(slurm, tmp_path):
 
     again = _snakemake(tmp_path, profile, env)  # nothing changed: nothing submitted
     assert again.returncode == 0 and SUBMITTED not in again.stderr, again.stderr[-2000:]
+
+
+def test_a_requeued_job_resumes_from_its_last_checkpoint_to_the_bit(slurm, tmp_path):
+    """docs/cluster.md's recipe through the local SLURM: `sbatch --requeue` around torchrun. A
+    rank hangs (SIGSTOP, a timeout too long to wait for), the job is requeued as SLURM does for
+    a failed node (`scontrol requeue`), and the second run resumes from the newest committed
+    checkpoint in the shared folder: every loss equals an uninterrupted run's, nothing left."""
+    from suite.experiments.llm_resilience import _steps
+    from suite.resilience.supervise import TAG, kill_tagged, launch, read_events, torchrun
+
+    train = {**TRAIN, "steps": 10, "timeout_s": 300}
+    spec = {"train": train, "trainer": "ddp", "markers": str(tmp_path / "markers"),
+            "ckpt": {"every": 2, "modes": ["sync"], "dir": str(tmp_path / "ckpt")}}
+    fault = {"kind": "hang", "step": 6, "rank": 1}
+    argv = torchrun({**spec, "fault": fault}, tmp_path / "events", 2, 0, python=str(BIN /
+                    "python"))
+    script = tmp_path / "job.sh"
+    tag = f"requeue-{os.getpid()}"  # in every process of the job: any left is found by it
+    script.write_text(f"#!/bin/bash\nexport {TAG}={tag}\n"
+                      + " ".join(shlex.quote(a) for a in argv) + "\n")
+    env = _slurm_env(slurm)
+    sbatch = subprocess.run(["sbatch", "--parsable", "--requeue", "--nodes=1", "--ntasks=1",
+                             "--cpus-per-task=2", "--partition=debug", "--open-mode=append",
+                             f"--output={tmp_path / 'job.log'}", str(script)],
+                            env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert sbatch.returncode == 0, sbatch.stderr
+    job = sbatch.stdout.strip().split(";")[0]
+    try:
+        deadline = time.monotonic() + 180
+        while not any(e["event"] == "fault" for e in read_events(tmp_path / "events")):
+            assert time.monotonic() < deadline, (tmp_path / "job.log").read_text()[-3000:]
+            time.sleep(0.5)
+        subprocess.run(["scontrol", "requeue", job], env=env, check=True, timeout=60)
+        # the uninterrupted run, while the requeued job waits out SLURM's cred_expire
+        ref = launch({**spec, "ckpt": {**spec["ckpt"], "dir": str(tmp_path / "ref-ckpt")}},
+                     tmp_path / "ref", 2, 0, 120, log=None)
+        while _state(env, job) not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
+            assert time.monotonic() < deadline, (tmp_path / "job.log").read_text()[-3000:]
+            time.sleep(1)
+    finally:
+        subprocess.run(["scancel", job], env=env, timeout=60)
+    log = (tmp_path / "job.log").read_text()
+    assert _state(env, job) == "COMPLETED", log[-3000:]
+    assert ref.code == 0, ref.tail()
+    reference = {s: e["loss"] for s, e in _steps(read_events(tmp_path / "ref")).items()}
+    events = read_events(tmp_path / "events")
+    starts = [e for e in events if e["event"] == "start" and e["rank"] == 0]
+    assert [e["slurm_restart_count"] for e in starts] == [0, 1], log[-3000:]
+    restored = [e for e in events if e["event"] == "restored"]
+    assert {e["step"] for e in restored} == {5}  # checkpoints every 2: steps 1, 3, 5
+    losses = {s: e["loss"] for s, e in _steps(events).items()}
+    assert losses == reference  # every step, the redone ones included, to the bit
+    assert not list((tmp_path / "ckpt").glob("*.tmp")) and kill_tagged(tag) == []
+
+
+def _state(env: dict, job: str) -> str:
+    out = subprocess.run(["scontrol", "show", "job", "--oneliner", job], env=env,
+                         capture_output=True, text=True, timeout=60).stdout
+    found = re.search(r"JobState=(\S+)", out)
+    return found.group(1) if found else "UNKNOWN"

@@ -87,7 +87,9 @@ def run(spec: dict[str, Any], events_dir: Path) -> None:
     rank = int(os.environ.get("RANK", 0))
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
     ev = Events(events_dir, rank, attempt)
-    ev.emit("start", pid=os.getpid())  # before the imports: the process's start
+    # before the imports: the process's start; under SLURM, how often the job was requeued
+    ev.emit("start", pid=os.getpid(),
+            slurm_restart_count=int(os.environ.get("SLURM_RESTART_COUNT", 0)))
     import torch
     import torch.distributed as tdist
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict

@@ -178,6 +178,9 @@ def slurm_conf(d: Path, names: list[str], accounting: bool) -> str:
     lines = [
         f"ClusterName={CLUSTER}", f"SlurmctldHost={ctl}({ctl_addr})",
         "SlurmUser=root", "SlurmdUser=root", "AuthType=auth/munge",
+        # a requeued job may start again cred_expire + 1 s after its requeue (default 120 s),
+        # and the scheduler's pass every sched_interval (default 60 s) starts it
+        "AuthInfo=cred_expire=10", "SchedulerParameters=sched_interval=2",
         f"SlurmctldPort={PORTS['slurmctld']}", f"SlurmdPort={PORTS['slurmd']}",
         f"StateSaveLocation={d}/state", f"SlurmdSpoolDir={d}/spool/%n",
         f"SlurmctldPidFile={d}/run/slurmctld.pid", f"SlurmdPidFile={d}/run/slurmd-%n.pid",
