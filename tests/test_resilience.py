@@ -222,6 +222,17 @@ def test_a_checkpoints_stall_counts_the_steps_beside_its_background_write():
     assert out["two-stage"]["checkpoints"][0]["steps_beside"] == 2
 
 
+def test_one_stall_sample_reads_back_from_the_table(tmp_path):
+    """A single sample ("0.05") comes back from the CSV as a number, not text."""
+    import pandas as pd
+
+    from suite.analysis.resilience_analysis import _samples
+
+    pd.DataFrame({"stall_samples": ["0.05", "0.1;0.2", None]}).to_csv(tmp_path / "t.csv")
+    rows = list(pd.read_csv(tmp_path / "t.csv").itertuples())
+    assert [_samples(r) for r in rows] == [[0.05], [0.1, 0.2], []]
+
+
 def test_recovery_splits_the_time_from_fault_to_training():
     events = [_ev(10, "fault", rank=1, kind="kill", step=5),
               _ev(10.2, "error", kind="peer lost", error="x"),

@@ -99,7 +99,7 @@ def tiny_config(baselines, studies=True):
             # each fault kind under torchrun's agent; the hang waits out its 3 s timeout and
             # the agent's 2 s grace for the stopped rank
             "resilience": {"trainers": ["ddp", "zero1"], "size": "t",
-                           "checkpoint": {"size": "t", "steps": 8, "every": 2},
+                           "checkpoint": {"size": "t", "steps": 14, "every": 2},
                            "faults": {"steps": 8, "step": 5, "every": 2, "timeout_s": 3,
                                       "shutdown_timeout_s": 2},
                            "straggler": {"steps_per_phase": 4}},
@@ -403,7 +403,8 @@ def test_resilience_runs_survive_each_fault_under_torchrun(full_run):
     for mode in store.MODES:
         rec = recs[f"checkpoint-{mode}"]
         assert rec.status.value == "ok" and rec.derived["state_bytes"] > 0
-        assert len(rec.derived["stalls_s"]) >= 1 and rec.derived["restore_s"] > 0
+        assert len(rec.derived["stalls_s"]) == 1 and rec.derived["restore_s"] > 0
+        assert rec.derived["first_stall_s"] > 0  # the first of each mode (its set-up) apart
     assert recs["checkpoint-nvrx-async"].status.value == "unavailable"
     # which rank is named is the measurement's (published); here other tests share the cores,
     # so the phases' structure only (tests/test_resilience.py checks the timer and the finder)

@@ -86,8 +86,11 @@ def checkpoint_pair(table: pd.DataFrame, trainer: str | None = None):
 
 
 def _samples(row) -> list[float]:
+    """A row's stall samples ("a;b;c"; one alone reads back from the CSV as a number)."""
     text = row.get("stall_samples") if isinstance(row, dict) else row.stall_samples
-    return [float(x) for x in str(text).split(";")] if isinstance(text, str) and text else []
+    if text is None or (isinstance(text, float) and math.isnan(text)) or text == "":
+        return []
+    return [float(x) for x in str(text).split(";")]
 
 
 # ----------------------------------------------------------------------------- scale
