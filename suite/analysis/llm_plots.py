@@ -9,6 +9,7 @@ import pandas as pd
 
 from suite.analysis.figure_io import FigureData, plt, save_figure  # plt: the Agg backend set
 from suite.analysis.llm_tables import mfu_denominator
+from suite.resilience.store import MODES
 
 DATASET_NAMES = {"megascale_table2": "MegaScale Table 2 (175B)",
                  "megascale_fig9": "MegaScale Fig. 9 (530B)",
@@ -242,6 +243,9 @@ def pipeline_figure(data: FigureData, out: Path) -> list[Path]:
     return save_figure(fig, out)
 
 
+_MODE_ORDER = {m: i for i, m in enumerate(MODES)}
+
+
 def resilience_figure(data: FigureData, out: Path) -> list[Path]:
     """Left: each mode's checkpoint stall (bars: the median after the first; crosses: the first,
     which pays the mode's set-up). Middle: recovery after each
@@ -255,17 +259,25 @@ def resilience_figure(data: FigureData, out: Path) -> list[Path]:
     t = data.table
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.4), constrained_layout=True)
     ok = t[(t.status == "ok") & (t.group == "checkpoint")]
+    ok = ok.assign(order=ok.system.map(lambda s: _MODE_ORDER.get(s.removeprefix("checkpoint-"),
+                                                                 len(_MODE_ORDER))))
+    ok = ok.sort_values(["trainer", "order"], kind="stable")
+
+    def label(r) -> str:
+        return f"{r.trainer}\n" + r.system.removeprefix("checkpoint-").replace("-thread",
+                                                                              "\n(thread)")
+
     for i, r in enumerate(ok.itertuples()):
         stalls = ra._samples(r._asdict())
         axes[0].scatter([i] * len(stalls), stalls, s=14)
-        axes[0].bar(i, r.stall_s, 0.6, alpha=0.4,
-                    label=f"{r.trainer} {r.system.removeprefix('checkpoint-')}")
+        axes[0].bar(i, r.stall_s, 0.6, alpha=0.4)
         if pd.notna(getattr(r, "first_stall_s", None)):  # the set-up each mode pays once
             axes[0].scatter(i, r.first_stall_s, s=24, marker="x", color="k",
                             label="first checkpoint (set-up)" if i == 0 else None)
-    axes[0].set_xticks(range(len(ok)), [f"{r.trainer}\n{r.system.removeprefix('checkpoint-')}"
-                                        for r in ok.itertuples()])
+    axes[0].set_xticks(range(len(ok)), [label(r) for r in ok.itertuples()], fontsize=8)
     axes[0].set(ylabel="training time lost per checkpoint (s)", title="Checkpoint stall")
+    if len(ok):
+        axes[0].legend(fontsize=7)
     faults = t[(t.status == "ok") & t.system.str.startswith("fault-")
                & t.detect_s.notna()] if "detect_s" in t else t.iloc[0:0]
     parts = ["detect_s", "shutdown_s", "startup_s", "restore_s", "first_step_s"]

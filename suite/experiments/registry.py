@@ -266,8 +266,10 @@ _SPECS = [
         claims="suite.analysis.resilience_analysis:resilience_claims",
         paper={"published": "resilience_published.csv"}, reads_tables=("llm_scale",),
         note="MegaScale's stability half (Sec. 4) on the suite's engines. Checkpoints through "
-             "torch.distributed.checkpoint, fsynced and committed atomically, synchronous and "
-             "two-stage (async_save) alternating in one run; each fault (a rank killed, a rank "
+             "torch.distributed.checkpoint, fsynced and committed atomically, taking turns in "
+             "one run: synchronous, two-stage (async_save: a copy into shared memory persisted "
+             "by DCP's process) and DCP's default two-stage (persisted by a thread), each "
+             "mode's first checkpoint (its set-up) apart; each fault (a rank killed, a rank "
              "stopped, a NaN loss) fired once at a declared step under torchrun "
              "--max-restarts, the run resumed from its last checkpoint and its every loss "
              "compared with an uninterrupted run's; a busy process pinned to one rank's core "
