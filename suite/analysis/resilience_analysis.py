@@ -70,8 +70,10 @@ def resilience_rows(path: Path) -> list[dict]:
     return [row]
 
 
-def _ok(table: pd.DataFrame, system: str) -> pd.DataFrame:
-    return table[(table.system == system) & (table.status == "ok")]
+def _ok(table: pd.DataFrame, system: str, trainer: str | None = None) -> pd.DataFrame:
+    """The ok rows of ``system`` (of ``trainer`` alone, when given)."""
+    rows = table[(table.system == system) & (table.status == "ok")]
+    return rows if trainer is None else rows[rows.trainer == trainer]
 
 
 def checkpoint_pair(table: pd.DataFrame, trainer: str | None = None):
@@ -119,13 +121,11 @@ def failure_rate(paper: pd.DataFrame) -> float:
 
 def at_paper_scale(table: pd.DataFrame, trainer: str) -> dict[str, Costs] | None:
     """Each scheme's costs for a node of the 175B run, from ``trainer``'s measurements."""
-    kill = _ok(table, "fault-kill")
-    kill = kill[kill.trainer == trainer]
+    kill = _ok(table, "fault-kill", trainer)
     out = {}
     node_bytes = PAPER_PARAMS * BYTES_PER_PARAM / PAPER_GPUS * GPUS_PER_NODE
     for scheme in SCHEMES:
-        rows = _ok(table, f"checkpoint-{scheme}")
-        rows = rows[rows.trainer == trainer]
+        rows = _ok(table, f"checkpoint-{scheme}", trainer)
         if rows.empty or kill.empty:
             return None
         r, k = rows.iloc[0], kill.iloc[0]
@@ -225,8 +225,7 @@ def resilience_summary(inputs) -> str:
                          f"training {s.stall_s:.2f} s written synchronously, {w.stall_s:.2f} s "
                          f"in two stages ({w.stall_s / s.stall_s:.0%})")
         for kind in ("kill", "hang", "nan"):
-            f = _ok(t, f"fault-{kind}")
-            f = f[f.trainer == trainer]
+            f = _ok(t, f"fault-{kind}", trainer)
             if len(f):
                 r = f.iloc[0]
                 parts.append(f"{kind}: detected in {r.detect_s:.1f} s, training again "
