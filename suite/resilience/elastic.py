@@ -7,9 +7,10 @@ two stops on the restart path use a fixed 30 s: the process context closes the s
 soon as it sees a failure (``PContext._poll`` -> ``close()``, before the agent logs "failed
 (exitcode ...)"), and ``LocalElasticAgent._stop_workers`` calls ``_shutdown()`` with its default
 (pytorch/pytorch#192815, open). A hung rank (stopped, or stuck in the kernel) never acts on
-SIGTERM, so every hang cost the whole 30 s. This entry point makes both use the configured
-value, then runs torchrun unchanged: ``python -m suite.resilience.elastic ARGS`` takes
-torchrun's arguments.
+SIGTERM, so every hang cost the whole 30 s. Every stop ends in ``PContext.close``; this entry
+point makes it use the configured value whatever its caller passed (older torch passes none),
+then runs torchrun unchanged: ``python -m suite.resilience.elastic ARGS`` takes torchrun's
+arguments.
 """
 
 from __future__ import annotations
@@ -25,20 +26,15 @@ def shutdown_timeout() -> int:
 
 
 def main() -> None:
-    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
     from torch.distributed.elastic.multiprocessing.api import PContext
     from torch.distributed.run import main as torchrun
 
     close = PContext.close
 
     def close_with_grace(self, death_sig=None, timeout=None):
-        close(self, death_sig, shutdown_timeout() if timeout is None else timeout)
-
-    def stop_workers(self, worker_group) -> None:
-        self._shutdown(timeout=shutdown_timeout())
+        close(self, death_sig, shutdown_timeout())
 
     PContext.close = close_with_grace
-    LocalElasticAgent._stop_workers = stop_workers
     torchrun()
 
 
