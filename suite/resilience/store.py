@@ -60,12 +60,6 @@ class Saved:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _process_type():
-    from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
-
-    return AsyncCheckpointerType.PROCESS
-
-
 def step_dir(root: Path, step: int) -> Path:
     return root / f"step-{step:08d}"
 
@@ -150,6 +144,7 @@ class CheckpointStore:
 
     def save(self, step: int, state: dict[str, Any], extra: dict[str, Any], mode: str) -> Saved:
         import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 
         if mode not in MODES:
             raise ValueError(f"checkpoint mode {mode!r} is not one of {MODES}")
@@ -167,7 +162,7 @@ class CheckpointStore:
                 future = dcp.async_save(state, storage_writer=writer, process_group=self.group)
             else:
                 future = dcp.async_save(state, storage_writer=writer, process_group=self.group,
-                                        async_checkpointer_type=_process_type(),
+                                        async_checkpointer_type=AsyncCheckpointerType.PROCESS,
                                         async_stager=self._shared_stager())
         except OSError as e:
             raise CheckpointError(f"cannot write checkpoint {tmp}: {e.strerror or e}") from None
