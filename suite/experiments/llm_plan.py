@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from suite.config import ConfigError, validate
+from suite.resilience.store import MODES  # the checkpoint modes, each a system
 from suite.trainers.config import MODEL_KEYS  # GPTConfig's fields: model, not train
 
 # MegaScale's ablation (Table 3) as switches of this suite, in the order. Each step keeps
@@ -281,8 +282,7 @@ def trainers(config: dict[str, Any]) -> list[str]:
 # llm_resilience (suite.experiments.llm_resilience): per trainer, three jobs, each writing the
 # records its group names (faults: the uninterrupted run and one per fault kind).
 RESILIENCE_EXPERIMENT = "llm_resilience"
-CHECKPOINT_SYSTEMS = ("checkpoint-sync", "checkpoint-two-stage", "checkpoint-two-stage-thread",
-                      "checkpoint-nvrx-async")
+CHECKPOINT_SYSTEMS = (*(f"checkpoint-{mode}" for mode in MODES), "checkpoint-nvrx-async")
 
 
 @dataclass(frozen=True)
