@@ -189,6 +189,19 @@ class PaddingFreeBert(nn.Module):
             ids = input_ids.flatten()
             pos = torch.arange(info.padded_len, device=ids.device).repeat(info.batch_size)
             types = None if token_type_ids is None else token_type_ids.flatten()
+        x = self.rows(ids, pos, types, info)
+        if sw.padding_free:
+            return unpack(x, info)
+        out = x.view(info.batch_size, info.padded_len, -1)
+        return torch.where(attention_mask.bool()[..., None], out, 0.0)
+
+    def rows(self, ids: torch.Tensor, pos: torch.Tensor, types: torch.Tensor | None,
+             info: PackInfo) -> torch.Tensor:
+        """The encoder on rows of tokens (packed ``[T]`` or padded ``[B*S]`` ids, their positions
+        and token types) -> ``[rows, H]``. Attention reads only ``info.cu_seqlens`` and
+        ``info.max_seqlen`` on the padding-free path, so rows no sequence covers are never
+        attended to: ``graphs`` runs it on static buffers padded that way."""
+        sw = self.switches
         x = self.word(ids) + self.position(pos)
         if self.token_type is not None:
             x = x + self.token_type(torch.zeros_like(ids) if types is None else types)
@@ -200,10 +213,7 @@ class PaddingFreeBert(nn.Module):
                 and sw.backend != "triton" else None)
         for layer in self.layers:
             x = layer(x, info, sw, plan)
-        if sw.padding_free:
-            return unpack(x, info)
-        out = x.view(info.batch_size, info.padded_len, -1)
-        return torch.where(attention_mask.bool()[..., None], out, 0.0)
+        return x
 
 
 def _copy(dst: nn.Module, src: nn.Module) -> None:

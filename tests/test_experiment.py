@@ -41,6 +41,33 @@ def test_a_point_is_checked_then_timed(tiny_cfg, baseline):
     assert rec.env["packages"]["torch"].startswith(torch.__version__.split("+")[0])
 
 
+def test_back_to_back_time_and_what_ran_are_in_the_record_and_the_table(tiny_cfg):
+    """A CPU point asked for back-to-back timing too (on a GPU, the default): rounds of queued
+    calls beside the per-call samples, the launch share derived from both, the table's columns;
+    the reference says it ran eagerly and why (graphs are CUDA's). By default a CPU point
+    times no back-to-back rounds."""
+    from dataclasses import replace
+
+    from suite.analysis.tables import record_row
+
+    cfg = replace(tiny_cfg, timing=replace(tiny_cfg.timing, back_to_back="always"))
+    rec = run_point(cfg, "reference", 3, 16, PEAK, show_progress=False)
+    assert rec.status is Status.OK, rec.reason
+    queued = rec.timing["back_to_back"]
+    assert queued["rounds"] == len(queued["samples"]) == queued["stats"]["n"] == 5
+    assert 10 <= queued["calls_per_round"] <= 1000
+    d = rec.derived
+    assert d["back_to_back_ms"] == pytest.approx(queued["stats"]["median"] * 1e3)
+    assert 0 <= d["launch_share"] < 1
+    assert d["system"]["execution"] == "eager"
+    assert "CUDA graphs need a GPU" in d["system"]["eager_because"]
+    row = record_row(rec)
+    assert (row["back_to_back_ms"], row["execution"]) == (d["back_to_back_ms"], "eager")
+    plain = run_point(tiny_cfg, "reference-eager", 3, 16, PEAK, show_progress=False)
+    assert "back_to_back" not in plain.timing and "back_to_back_ms" not in plain.derived
+    assert plain.derived["system"]["eager_because"] == "cuda_graphs=False"
+
+
 @pytest.mark.parametrize("warmup", [0, 1, 3])
 def test_the_gates_call_is_the_first_warm_up_call_and_the_observed_one(tiny_cfg, monkeypatch,
                                                                       warmup):

@@ -330,6 +330,9 @@ def test_every_system_passes_the_gate_on_mixed_lengths_and_a_wrong_one_does_not(
     control = systems["padded-reference"].baseline
     assert not control.padding_free and not control.switches.fused_mha
     assert systems["packed-reference"].baseline.padding_free
+    # served eagerly, like the frameworks beside it (a graph per new bucket mid-run would not be)
+    assert not any(systems[n].baseline.cuda_graphs for n in ("packed-reference",
+                                                             "padded-reference"))
     for name, system in systems.items():
         check = system.check(sample, oracle, "fp32", tmp_path / name)
         assert check["passed"], (name, check)

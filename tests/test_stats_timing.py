@@ -155,3 +155,38 @@ def test_on_cuda_each_sample_is_the_events_elapsed_time_in_seconds(monkeypatch):
     assert samples == pytest.approx([0.002, 0.003, 0.004, 0.0025])
     assert gpu.log[:2] == ["call", "synchronize cuda"]  # warm-up drained before timing
     assert gpu.log[2:] == ["record", "call", "record", "event.synchronize"] * 4
+
+
+def test_back_to_back_queues_a_round_of_calls_between_two_events(monkeypatch):
+    """On the stand-in GPU: the queue drained first, then each round is one event pair around
+    ``calls`` calls with one wait, the round's time divided by the calls. The round is sized
+    from the per-call time (50 ms a round, 10 to 1000 calls). Mutations tried: a wait inside
+    the round, the division dropped; each fails."""
+    from suite.measure.timing import measure_back_to_back
+
+    gpu = _Device()
+
+    def call():
+        gpu.log.append("call")
+        gpu.clock_ms += 2.0
+
+    monkeypatch.setattr(torch.cuda, "Event", gpu.event_class())
+    monkeypatch.setattr(torch.cuda, "synchronize",
+                        lambda device=None: gpu.log.append(f"synchronize {device}"))
+    out = measure_back_to_back(call, torch.device("cuda"), per_call_s=0.004, rounds=3)
+    assert (out["calls_per_round"], out["rounds"]) == (13, 3)  # ceil(0.05 / 0.004)
+    assert out["samples"] == pytest.approx([0.002] * 3)
+    one_round = ["record"] + ["call"] * 13 + ["record", "event.synchronize"]
+    assert gpu.log == ["synchronize cuda"] + one_round * 3
+    assert measure_back_to_back(call, torch.device("cpu"), 1.0, rounds=1)["calls_per_round"] == 10
+    assert measure_back_to_back(call, torch.device("cpu"), 1e-7, rounds=1)[
+        "calls_per_round"] == 1000
+
+
+@pytest.mark.parametrize("mode, cpu, cuda", [("auto", False, True), ("always", True, True),
+                                             ("never", False, False)])
+def test_back_to_back_is_timed_where_the_policy_says(mode, cpu, cuda):
+    policy = TimingPolicy(back_to_back=mode)
+    assert (policy.times_back_to_back("cpu"), policy.times_back_to_back("cuda")) == (cpu, cuda)
+    with pytest.raises(ValueError, match=r"back_to_back='sometimes' is not one of \('auto'"):
+        TimingPolicy(back_to_back="sometimes")

@@ -36,6 +36,8 @@ def record_row(rec: Record, path: Path | None = None) -> dict:
         "gemm_flop_bound": w.get("gemm_flop_bound"),
         "attention_flop_bound": w.get("attention_flop_bound"),
         **ms, "cv": stats.get("cv"), "n_samples": stats.get("n"), **noise_columns(rec.timing),
+        "back_to_back_ms": d.get("back_to_back_ms"), "launch_share": d.get("launch_share"),
+        "execution": (d.get("system") or {}).get("execution"),
         "tokens_per_s": d.get("tokens_per_s"),
         "useful_gflops_per_s": (d["useful_flops_per_s"] / 1e9
                                 if "useful_flops_per_s" in d else None),

@@ -4,7 +4,8 @@
   padded framework's server does);
 - ``bucketed-<baseline>``: the same within length buckets (the usual mitigation);
 - ``packed-reference``: dynamic batching into the padding-free reference, which computes on
-  the batch's valid tokens only (``cu_seqlens`` inside; ByteTransformer's serving case);
+  the batch's valid tokens only (``cu_seqlens`` inside; ByteTransformer's serving case),
+  launched eagerly like the frameworks it is compared with (no CUDA graphs);
 - ``padded-reference`` / ``bucketed-reference``: the reference with its padding-free switches
   off (padded GEMMs and attention; the same fused kernels and GEMM library): the control, whose
   ratio to ``packed-reference`` is the padding's alone, whatever the frameworks' libraries.
@@ -37,8 +38,10 @@ def create_baseline(batching: str, baseline: str) -> Baseline:
     """The baseline a system serves (see the module doc for the reference served padded)."""
     from suite.baselines.registry import baselines
 
-    if baseline == "reference" and batching != "packed":
-        return baselines.create(baseline, padding_free=False, fused_mha=False)
+    if baseline == "reference":  # served eagerly: graphs would be captured mid-run, on the
+        # first batch of each new bucket, and the padded systems it is compared with are eager
+        padded = {} if batching == "packed" else {"padding_free": False, "fused_mha": False}
+        return baselines.create(baseline, cuda_graphs=False, **padded)
     return baselines.create(baseline)
 
 
