@@ -72,27 +72,24 @@ rerun-noisy: $(STAMP)
 
 # The GPU half (suite/gpu/pack.py) in one short lease of a bare GPU machine with its own torch,
 # triton and transformers and no package registry. Here, first: `make gpu-wheels` (the suite's
-# other needs as cp312 wheels into the git-ignored .whl/, which travels with `carry`). There:
-#   make gpu-check GPU_OUT=$$OUT    (installs the wheels and the project without dependencies)
+# other needs, Snakemake and DeepSpeed included, as cp312 wheels into the git-ignored .whl/,
+# which travels with `carry`: suite/gpu/wheels.py). There:
+#   make gpu-check GPU_OUT=$$OUT    (installs the wheels the machine lacks, and the project and
+#                                    its Snakemake logger without dependencies)
 # DRY=1 rehearses every step on CPU at tiny sizes with this venv (make test runs it).
 # STEPS="serving gemm_shapes" runs only those (the ones a cut-off run skipped, in a second call).
 GPU_OUT ?= gpu-check-out
 GPU_STEPS = $(if $(STEPS),--steps $(STEPS))
-GPU_WHEELS := jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 \
-	rpds-py==2026.9.1 mlcommons-loadgen==6.0.17
-gpu-wheels:
-	mkdir -p .whl
-	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
-		--implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
-		--platform manylinux2014_x86_64 -d .whl $(GPU_WHEELS)
+gpu-wheels: $(STAMP)
+	$(BIN)/python -m suite.gpu.wheels download .whl
 
 ifdef DRY
 gpu-check: $(STAMP)
 	$(BIN)/python -m suite.cli gpu-check --dry --out $(GPU_OUT) $(GPU_STEPS)
 else
 gpu-check:
-	python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
-	python3 -m pip install -q --no-index --no-deps --no-build-isolation -e .
+	python3 -m suite.gpu.wheels install .whl /tmp/site
+	python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . -e $(LOGGER_PLUGIN)
 	PYTHONPATH=/tmp/site python3 -m suite.cli gpu-check --out $(GPU_OUT) $(GPU_STEPS)
 endif
 

@@ -96,8 +96,26 @@ def test_the_rehearsal_runs_every_step_and_leaves_records_the_report_reads(tmp_p
         assert rec.status is Status.OK, (path, rec.reason)
         by_experiment.setdefault(rec.experiment, []).append(rec)
     assert {e: len(r) for e, r in by_experiment.items()} == {
-        "bert_mha": 6, "bert_varlen": 3, "bert_ablation": 2, "llm_mfu": 1, "bert_serving": 2,
+        "bert_mha": 6, "bert_varlen": 8, "bert_ablation": 2, "llm_mfu": 1, "bert_serving": 2,
         "llm_window": 4, "llm_resilience": 3}
+    # the user's path: Snakemake itself ran the GPU config (here at tiny sizes), its records in
+    # their own machine folder
+    with tarfile.open(out / "workflow.tar.gz") as tar:
+        tar.extractall(tmp_path / "workflow", filter="data")
+    (folder,) = (tmp_path / "workflow").iterdir()
+    assert folder.name.endswith("-workflow")
+    assert sorted(p.parent.name for p in folder.glob("bert_varlen/bert/*/b2_l16.json")) == [
+        "reference", "torch-eager"]
+    assert (folder / "bert_varlen" / "analysis.json").exists()
+    assert (folder / "figures" / "bert_varlen.svg").exists()
+    # the README grid: one process per system, its points measured one after another there
+    grid = by_experiment["bert_varlen"]
+    assert sorted((r.system, r.point["batch_size"], r.timing["process_points_before"])
+                  for r in grid) == sorted((system, b, i) for system in (
+                      "reference", "reference-eager", "torch-eager", "torch-nested")
+                      for i, b in enumerate((1, 2)))
+    assert {r.derived["system"]["execution"] for r in grid if r.system.startswith("reference")} \
+        == {"eager"}  # graphs are CUDA's
     # on CPU the varlen MHA runs torch's kernel and says so (on a GPU: Triton, with the tuning
     # the pack chose, recorded as triton_tuning)
     varlen = [r for r in by_experiment["bert_mha"] if r.system == "varlen"]

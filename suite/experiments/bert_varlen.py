@@ -16,7 +16,8 @@ the system prepares itself -> correctness gate -> timing -> statistics and deriv
 from __future__ import annotations
 
 import sys
-from dataclasses import asdict
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -92,25 +93,59 @@ def run_point(cfg: BertVarlenConfig, baseline: str, batch_size: int, max_seq_len
     """Measure one point. Never raises for a problem of the system: the record says it.
     ``oracle_dir``: where the jobs of a point share its reference output (``bert_oracle``);
     without it the job computes its own and keeps it to itself."""
+    return next(run_points(cfg, baseline, [(batch_size, max_seq_len)], peak, show_progress,
+                           experiment=experiment, model_kind=model_kind, oracle_dir=oracle_dir))
+
+
+def run_points(cfg: BertVarlenConfig, baseline: str, points: Iterable[tuple[int, int]],
+               peak: dict[str, Any] | None = None, show_progress: bool = True, *,
+               experiment: str = "bert_varlen", model_kind: str = "bert",
+               oracle_dir: Path | None = None) -> Iterator[Record]:
+    """A record per ``(batch_size, max_seq_len)`` point, all of one system in this process:
+    the system is made and prepared once, at the first point, then every point is gated and
+    timed as ``run_point`` does it (the GPU pack's grid: a process start, a model build and a
+    compile paid once per system, not once per point). Each record says how many points its
+    process measured before it (``timing.process_points_before``; the workflow runs a process
+    per point: 0)."""
     if experiment not in EXPERIMENTS:
         raise ValueError(f"experiment {experiment!r} is not one of {EXPERIMENTS}")
     if model_kind not in KINDS:
         raise ValueError(f"model kind {model_kind!r} is not one of {KINDS}")
-    point = point_dict(cfg, batch_size, max_seq_len, model_kind, experiment)
-    if experiment == "bert_ablation" and baseline.startswith("ladder-"):
-        step = int(baseline.removeprefix("ladder-"))
-        point["step"] = LADDER[step][0] if 0 <= step < len(LADDER) else "?"
-    record = new_record(experiment, baseline, point, cfg.to_dict())
-    with outcome(record):
-        _run(record, cfg, make_system(experiment, baseline, cfg), batch_size, max_seq_len,
-             peak, show_progress, model_kind, oracle_dir)
-    record.env = envmod.capture()
-    return record
+    session = _Session(experiment, baseline, cfg)
+    for before, (batch_size, max_seq_len) in enumerate(points):
+        point = point_dict(cfg, batch_size, max_seq_len, model_kind, experiment)
+        if experiment == "bert_ablation" and baseline.startswith("ladder-"):
+            step = int(baseline.removeprefix("ladder-"))
+            point["step"] = LADDER[step][0] if 0 <= step < len(LADDER) else "?"
+        record = new_record(experiment, baseline, point, cfg.to_dict())
+        with outcome(record):
+            _run(record, cfg, session, batch_size, max_seq_len, peak, show_progress,
+                 model_kind, oracle_dir)
+        if record.timing:
+            record.timing["process_points_before"] = before
+        record.env = envmod.capture()
+        yield record
 
 
-def _run(record: Record, cfg: BertVarlenConfig, system: Baseline, batch_size: int,
+@dataclass
+class _Session:
+    """The system under test of one process's points: made, and prepared, at most once."""
+    experiment: str
+    baseline: str
+    cfg: BertVarlenConfig
+    made: Baseline | None = None
+    prepared: bool = False
+
+    def system(self) -> Baseline:
+        if self.made is None:
+            self.made = make_system(self.experiment, self.baseline, self.cfg)
+        return self.made
+
+
+def _run(record: Record, cfg: BertVarlenConfig, session: _Session, batch_size: int,
          max_seq_len: int, peak: dict[str, Any] | None, show_progress: bool,
          model_kind: str, oracle_dir: Path | None) -> None:
+    system = session.system()
     threads = cfg.threads or envmod.usable_cores()
     torch.set_num_threads(threads)
     distribution = record.point["distribution"]
@@ -137,7 +172,9 @@ def _run(record: Record, cfg: BertVarlenConfig, system: Baseline, batch_size: in
             Path(oracle_dir) / record.experiment / model_kind / f"b{batch_size}_l{max_seq_len}.pt",
             bert_oracle.fingerprint(cfg, distribution, model_kind, lengths, batch, model),
             lambda: bert_oracle.reference_output(model, batch, device))
-    system.prepare(model, device, torch_dtype(cfg.dtype))
+    if not session.prepared:  # the system's own form of the model, once per process
+        system.prepare(model, device, torch_dtype(cfg.dtype))
+        session.prepared = True
     if system.times_itself:
         system.set_timing(cfg.timing.as_dict())
     dev_batch = batch.to(device)

@@ -12,13 +12,17 @@ the workflow writes them), each step's outcome and time in ``steps.json``:
   tune       the varlen attention's launch parameters timed at the MHA shapes -> tuning.json,
              which every later step runs with (``SEEDBENCH_TRITON_TUNING``)
   peak       the GPU's GEMM peak (cuBLAS) beside its datasheet peak
-  mha        varlen Triton vs padded matmul+mask+softmax+matmul vs padded SDPA, b16 x 128-1024
-  bert       end-to-end BERT-base: the reference vs HF eager, SDPA, torch.compile, torch-nested
-  gpt        a ~1B-parameter GPT trained in bf16 on one GPU: MFU against the datasheet peak
+  bert_grid  the ByteTransformer README's table on this GPU: end-to-end BERT-base fp16 at b1 and
+             b16 x 64-1024, the reference (CUDA graphs, and eager) against HF eager, SDPA,
+             torch.compile (default and CUDA graphs), torch-nested and DeepSpeed-Inference,
+             one process per system with all its points (each gated, then timed per call
+             and back to back)
   serving    BERT-base served under MLPerf LoadGen in fp16: padded and length-bucketed
              dynamic batching against padding-free packing, Offline and the highest Server
              QPS VALID at a p99 bound; and each system's first and second call at four
              batch shapes it has not run (what a new shape costs it)
+  mha        varlen Triton vs padded matmul+mask+softmax+matmul vs padded SDPA, b16 x 128-1024
+  gpt        a ~1B-parameter GPT trained in bf16 on one GPU: MFU against the datasheet peak
   ladder     the ByteTransformer ablation ladder at one point
   attention_kernels  SDPA's FlashAttention, cuDNN and memory-efficient kernels, causal, head
              dimension 128, 2k-32k tokens, forward and backward as fractions of peak beside
@@ -73,6 +77,7 @@ class Sizes:
     bert_lengths: tuple[int, ...]
     batch: int
     bert_systems: tuple[str, ...]
+    grid: dict[str, tuple[int, ...]]  # the README table's batch sizes and lengths
     gpt: dict[str, Any]
     timing: dict[str, float]
     tune_shapes: tuple[int, ...]
@@ -87,8 +92,11 @@ GPU = Sizes(
     bert_model={"layers": 12, "hidden": 768, "heads": 12, "intermediate": 3072,
                 "vocab_size": 30522},
     mha_lengths=(128, 256, 512, 1024), bert_lengths=(128, 1024), batch=16,
-    bert_systems=("reference", "torch-eager", "torch-sdpa", "torch-compile",
-                  "torch-compile-cudagraphs", "torch-nested"),
+    # every system of the README grid step; each that cannot run here is a record saying why
+    bert_systems=("reference", "reference-eager", "torch-eager", "torch-sdpa", "torch-compile",
+                  "torch-compile-cudagraphs", "torch-nested", "deepspeed-inference"),
+    # the ByteTransformer README's table (b1 and b16; every other of its lengths up to 1024)
+    grid={"batch_sizes": (1, 16), "max_seq_lens": (64, 128, 256, 512, 1024)},
     # ~1.2B parameters (24 x 12 x 2048^2 + embeddings), 2048 tokens, 8 sequences per step
     gpt={"model": {"n_layer": 24, "n_embd": 2048, "n_head": 16, "vocab_size": 50304,
                    "fused": True},
@@ -107,13 +115,15 @@ GPU = Sizes(
                           "Server": {"max_batch": 32, "window_ms": 2}},
              "search": {"max_trials": 5, "rel_tol": 0.15, "start": 0.5, "step": 1.5},
              "timeout_s": 120, "shape_probes": 4},
-    extra={"ladder_length": 256},
+    # DeepSpeed compiles its inference ops (nvcc) on the first init_inference of the lease
+    extra={"ladder_length": 256, "grid_timeout_s": {"deepspeed-inference": 360}},
 )
 REHEARSAL = Sizes(
     device="cpu", bert_dtype="fp32",
     bert_model={"layers": 1, "hidden": 32, "heads": 2, "intermediate": 64, "vocab_size": 100},
     mha_lengths=(16, 32), bert_lengths=(16,), batch=2,
-    bert_systems=("reference", "torch-eager", "torch-nested"),
+    bert_systems=("reference", "reference-eager", "torch-eager", "torch-nested"),
+    grid={"batch_sizes": (1, 2), "max_seq_lens": (16,)},
     gpt={"model": {"n_layer": 1, "n_embd": 32, "n_head": 2, "vocab_size": 256},
          "seq_len": 16, "global_batch": 2, "steps": 3, "warmup_steps": 1, "dtype": "fp32",
          "device": "cpu", "threads": 1},
@@ -208,10 +218,39 @@ class Pack:
 
     def section(self, **extra: Any) -> str:
         s = self.sizes
-        return json.dumps({"model": s.bert_model, "batch_sizes": [s.batch],
-                           "max_seq_lens": list(s.bert_lengths), "device": s.device,
+        return json.dumps({"model": s.bert_model,
+                           "batch_sizes": sorted({s.batch, *s.grid["batch_sizes"]}),
+                           "max_seq_lens": sorted({*s.bert_lengths, *s.grid["max_seq_lens"]}),
+                           "device": s.device,
                            "dtype": s.bert_dtype, "timing": s.timing, "timeout_s": 240,
                            "baselines": list(s.bert_systems), **extra})
+
+    def grid(self, system: str, timeout_s: float = 150) -> str:
+        """Every point of the grid of one system, in one process (``seedbench grid``), the
+        points' oracles and model shared with the other systems' grids; its status: ``ok``,
+        or each other status with its points."""
+        s = self.sizes
+        out = self.results / "bert_varlen" / "bert" / system
+        args = ["grid", "bert_varlen", "--system", system,
+                "--batch-sizes", *map(str, s.grid["batch_sizes"]),
+                "--max-seq-lens", *map(str, s.grid["max_seq_lens"]),
+                "--section-json", self.section(), "--out-dir", str(out),
+                "--oracle-dir", str(self.work / "oracles"), "--timeout-s", f"{timeout_s:g}"]
+        if (self.results / "peak.json").exists():
+            args += ["--peak", str(self.results / "peak.json")]
+        done = self.seedbench(*args, timeout=timeout_s + 30)  # its own limit comes first
+        found: dict[str, list[str]] = {}
+        for b in s.grid["batch_sizes"]:
+            for n in s.grid["max_seq_lens"]:
+                path = out / f"b{b}_l{n}.json"
+                rec = json.loads(path.read_text()) if path.exists() else {
+                    "status": "failed", "reason": f"no record (exit {done.returncode})"}
+                why = f": {rec.get('reason', '')[:120]}" if rec["status"] != "ok" else ""
+                found.setdefault(rec["status"], []).append(f"b{b} L{n}{why}")
+        if set(found) == {"ok"}:
+            return "ok"
+        return "; ".join(f"{status}: " + ", ".join(points) for status, points in
+                         sorted(found.items(), key=lambda kv: kv[0] == "ok"))
 
     def point(self, experiment: str, system: str, length: int, subject: str | None = None
               ) -> str:
