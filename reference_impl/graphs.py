@@ -6,9 +6,10 @@ A CUDA graph launches them as one. A graph replays fixed shapes on fixed address
 padding-free batch has its own token count, so the encoder runs on static buffers whose sizes are
 rounded up to buckets, as vLLM and FlashInfer do:
 
-- tokens ``T`` up to ``token_bucket(T)`` (under 1/16 more, or 16 rows): the rows past ``T`` belong to no
-  sequence, so attention neither reads nor writes them (it sees only ``cu_seqlens``) and the
-  GEMMs and LayerNorms work row by row: they cost compute, never a valid token's value;
+- tokens ``T`` up to ``token_bucket(T)`` (under 1/16 more, or 16 rows): the rows past ``T``
+  belong to no sequence, so attention neither reads nor writes them (it sees only
+  ``cu_seqlens``) and the GEMMs and LayerNorms work row by row: they cost compute, never a
+  valid token's value;
 - the batch up to the next power of two, the sequences added empty (``cu_seqlens`` repeats ``T``);
 - the longest length up to the next power of two (>= 16): the varlen kernel's key tile and grid
   follow from it, and its programs past a sequence's end return at once.

@@ -3,8 +3,6 @@
 import argparse
 import json
 
-import pytest
-
 from suite.baselines.reference import Reference
 from suite.commands import grid as grid_cmd
 from suite.experiments.bert_varlen import run_points
