@@ -9,9 +9,9 @@ from types import ModuleType
 
 # In the order `seedbench --help` and docs/cli.md list them: a run's flow, then the tools.
 NAMES = ("peak", "run", "grid", "build-external", "train", "attention-window", "resilience",
-         "pretrain", "serve", "table", "llm-table", "table-step", "scale-table", "analyze", "plot", "report",
-         "headlines", "publish", "compare", "noisy", "scale-model", "gpu-check", "env", "baselines",
-         "trainers", "experiments")
+         "pretrain", "serve", "table", "llm-table", "table-step", "scale-table", "analyze", "plot",
+         "report", "headlines", "publish", "compare", "noisy", "scale-model", "gpu-check", "env",
+         "baselines", "trainers", "experiments")
 
 
 def module(name: str) -> ModuleType:
