@@ -77,3 +77,22 @@ def test_a_failed_baseline_is_named_with_its_reason():
     assert t.loc["PyTorch JIT", "verdict"] == "not tested"
     assert "failed: trace error" in t.loc["PyTorch JIT", "note"]
     assert t.loc["PyTorch", "note"] == "no bert_mha results"
+
+
+def test_where_tensorflow_did_not_run_jax_s_xla_stands_in_and_the_row_says_so():
+    varlen = pd.DataFrame([
+        row("reference", 16, 64, 10.0), row("reference", 16, 128, 20.0),
+        row("jax-xla", 16, 64, 25.0), row("jax-xla", 16, 128, 45.0),  # 2.5x and 2.25x
+        row("tensorflow-xla", 16, 64, None, status="unavailable",
+            reason="tensorflow is not installed"),
+    ])
+    xla = claims_table(CLAIMS, varlen, None).set_index("paper_baseline").loc["TensorFlow XLA"]
+    assert xla.system == "jax-xla" and xla.measured == pytest.approx((2.5 * 2.25) ** 0.5)
+    assert "tensorflow-xla: unavailable: tensorflow is not installed" in xla.note
+    assert "JAX's XLA stands in" in xla.note
+    # where TensorFlow's XLA ran, it is the one scored
+    both = pd.concat([varlen[varlen.system != "tensorflow-xla"], pd.DataFrame([
+        row("tensorflow-xla", 16, 64, 30.0), row("tensorflow-xla", 16, 128, 60.0)])])
+    xla = claims_table(CLAIMS, both, None).set_index("paper_baseline").loc["TensorFlow XLA"]
+    assert xla.system == "tensorflow-xla" and xla.measured == pytest.approx(3.0)
+    assert "stands in" not in xla.note

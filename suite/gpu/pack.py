@@ -14,7 +14,8 @@ the workflow writes them), each step's outcome and time in ``steps.json``:
   peak       the GPU's GEMM peak (cuBLAS) beside its datasheet peak
   bert_grid  the ByteTransformer README's table on this GPU: end-to-end BERT-base fp16 at b1 and
              b16 x 64-1024, the reference (CUDA graphs, and eager) against HF eager, SDPA,
-             torch.compile (default and CUDA graphs), torch-nested and DeepSpeed-Inference,
+             torch.compile (default and CUDA graphs), torch-nested, JAX/XLA and
+             DeepSpeed-Inference,
              one process per system with all its points (each gated, then timed per call
              and back to back)
   serving    BERT-base served under MLPerf LoadGen in fp16: padded and length-bucketed
@@ -94,7 +95,7 @@ GPU = Sizes(
     mha_lengths=(128, 256, 512, 1024), bert_lengths=(128, 1024), batch=16,
     # every system of the README grid step; each that cannot run here is a record saying why
     bert_systems=("reference", "reference-eager", "torch-eager", "torch-sdpa", "torch-compile",
-                  "torch-compile-cudagraphs", "torch-nested", "deepspeed-inference"),
+                  "torch-compile-cudagraphs", "torch-nested", "jax-xla", "deepspeed-inference"),
     # the ByteTransformer README's table (b1 and b16; every other of its lengths up to 1024)
     grid={"batch_sizes": (1, 16), "max_seq_lens": (64, 128, 256, 512, 1024)},
     # ~1.2B parameters (24 x 12 x 2048^2 + embeddings), 2048 tokens, 8 sequences per step
