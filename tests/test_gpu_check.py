@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from reference_impl.kernels.triton_attention import Tuning, load_tuning
-from suite.gpu.steps import STEPS, _choose
+from suite.gpu.steps import STEPS
+from suite.gpu.steps.setup import _choose
 from suite.records import Status, read_record, record_files
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -227,7 +228,7 @@ def test_overlap_interference_plans_and_scores_by_hand():
 def test_the_streaming_kernels_are_checked_before_they_are_timed():
     import torch
 
-    from suite.gpu.steps import _streaming_kernels
+    from suite.gpu.steps.scale_probes import _streaming_kernels
 
     kernels = _streaming_kernels(1 << 12, 64, torch.device("cpu"), torch.bfloat16,
                                  torch.Generator().manual_seed(0))
@@ -252,7 +253,7 @@ def test_a_point_that_fails_or_times_out_ends_itself_not_its_step(tmp_path):
     import tarfile
 
     from suite.gpu.pack import REHEARSAL, Pack
-    from suite.gpu.steps import _statuses
+    from suite.gpu.steps.common import outcome
 
     pack = Pack(tmp_path / "out", tmp_path / "work", REHEARSAL, budget_s=60)
     pack.out.mkdir()
@@ -284,5 +285,5 @@ def test_a_point_that_fails_or_times_out_ends_itself_not_its_step(tmp_path):
                         "c": "failed: RuntimeError: no record (exit 1): CUDA error",
                         "d": "ok", "e": "skipped: budget of 60 s spent"}
     assert packed[0] == [f"{pack.machine}/a.json"] and len(packed) == 4
-    assert _statuses(statuses)["status"] == "failed"
-    assert "status" not in _statuses({"a": "ok", "e": "skipped: budget of 60 s spent"})
+    assert outcome(statuses)["status"] == "failed"
+    assert "status" not in outcome({"a": "ok", "e": "skipped: budget of 60 s spent"})

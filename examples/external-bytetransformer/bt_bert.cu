@@ -35,6 +35,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -159,7 +160,8 @@ struct DeviceArena {
 };
 
 // Which attention kernel ByteTransformer's constructors pick for these sizes (a restatement of
-// the rules in bert_transformer.h / attention.h at the pinned commit, for the report only).
+// the rules in bert_transformer.h / cutlass_attention.h at the pinned commit, for the report
+// only; patches/sm90-cutlass-attention.patch adds sm_90 to the cutlass rule).
 std::string attention_path(int arch, int seq_len, int size_per_head, bool fused_requested) {
   bool fused = fused_requested && size_per_head == 64 && seq_len <= 352 && arch >= 70;
   if (fused && seq_len % 2 == 0) {
@@ -167,8 +169,10 @@ std::string attention_path(int arch, int seq_len, int size_per_head, bool fused_
         (arch == 86 && seq_len > 256) || (arch > 86 && seq_len > 128))
       fused = false;
   }
-  if (arch == 80)  // CutlassAttention when its seq_len check passes (cutlass_attention.h)
-    return "cutlass fused MHA (sm_80 only; exact choice inside CutlassAttention)";
+  const bool cutlass_arch =
+      arch == 80 || (arch == 90 && std::strstr(BT_BERT_COMMIT, "sm90-cutlass-attention"));
+  if (cutlass_arch && seq_len % 8 == 0 && seq_len > 384 && seq_len <= 1024)
+    return "cutlass fused MHA (CutlassAttention)";
   if (!fused)
     return "unfused: cuBLAS batched GEMMs + ByteTransformer softmax";
   return seq_len <= 80 ? "fused WMMA attention (short, seq_len <= 80)"

@@ -163,6 +163,16 @@ def test_converted_weights_reproduce_hf(tmp_path):
     assert err < 2e-2, err  # the suite's fp16 gate is 5e-2
 
 
+def test_safetensors_reader_without_the_package(tmp_path, monkeypatch):
+    model_dir, _ = make_model(tmp_path)
+    with_package = front.read_safetensors(model_dir / "model.safetensors")
+    monkeypatch.setitem(sys.modules, "safetensors.numpy", None)  # import fails
+    without = front.read_safetensors(model_dir / "model.safetensors")
+    assert with_package.keys() == without.keys()
+    for name, value in with_package.items():
+        np.testing.assert_array_equal(value, without[name])
+
+
 def test_config_problems():
     base = {"model_type": "bert", "hidden_size": 768, "num_attention_heads": 12,
             "intermediate_size": 3072, "hidden_act": "gelu", "max_position_embeddings": 512}

@@ -1,0 +1,28 @@
+"""The steps of ``seedbench gpu-check`` (``suite.gpu.pack``), in the order they run, each in the
+room of what it measures. Each takes the ``Pack`` and returns what ``steps.json`` keeps of it
+(``status`` when not ``ok``)."""
+
+from __future__ import annotations
+
+from suite.gpu.steps.bert import bert_grid, ladder, mha, serving, workflow
+from suite.gpu.steps.llm import gpt, resilience, window_attention
+from suite.gpu.steps.scale_probes import (
+                                          activation_memory,
+                                          attention_kernels,
+                                          gemm_shapes,
+                                          hbm_bandwidth,
+                                          layer_intercept,
+                                          overlap_interference,
+)
+from suite.gpu.steps.setup import env, kernels, peak, tune
+
+# issue 50's steps (the grid, serving) right after what they run with (the tuning, the peak):
+# a lease cut off keeps them; the first H200 run measured the later ones, and not serving
+STEPS = (("env", env), ("kernels", kernels), ("tune", tune), ("peak", peak),
+         ("bert_grid", bert_grid), ("serving", serving), ("workflow", workflow),
+         ("mha", mha), ("gpt", gpt),
+         ("window_attention", window_attention), ("resilience", resilience), ("ladder", ladder),
+         ("attention_kernels", attention_kernels), ("hbm_bandwidth", hbm_bandwidth),
+         ("gemm_shapes", gemm_shapes),
+         ("overlap_interference", overlap_interference), ("layer_intercept", layer_intercept),
+         ("activation_memory", activation_memory))
