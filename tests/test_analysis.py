@@ -168,3 +168,33 @@ def test_a_table_from_before_schema_2_still_plots_and_reports(tmp_path):
     section = report_section(tmp_path, "bert_varlen", table, records=paths)
     html = render_report([section], tmp_path / "index.html").read_text()
     assert "reference" in html and "torch-eager" in html
+
+
+def test_on_a_gpu_in_fp16_the_latency_panel_draws_the_readme_s_a100_bytetransformer_beside():
+    """The paper's setting: the README's A100 ByteTransformer on the same axes (up to the
+    longest length measured); elsewhere (CPU, fp32) not; a log scale past a 20x spread."""
+    import matplotlib.pyplot as plt
+
+    from suite.analysis.plots import _latency_panel
+
+    def rows(device, dtype, ms):
+        return pd.DataFrame([{"system": s, "max_seq_len": n, "median_ms": v * k, "q1_ms": v * k,
+                              "q3_ms": v * k, "device": device, "dtype": dtype}
+                             for s, k in (("reference", 1), ("torch-nested", ms))
+                             for n, v in ((64, 1.0), (128, 1.5))])
+
+    paper = PAPER[PAPER.batch_size == 16]
+    for device, dtype, spread, drawn, log in (("cuda:0", "fp16", 30, True, True),
+                                              ("cpu", "fp32", 2, False, False)):
+        fig, ax = plt.subplots()
+        _latency_panel(ax, rows(device, dtype, spread), 16, paper)
+        labels = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert any(t.startswith("ByteTransformer, paper: A100") for t in labels) is drawn
+        if drawn:
+            line = next(x for x in ax.lines if x.get_label().startswith("ByteTransformer"))
+            assert list(line.get_xdata()) == [64, 128]
+            assert list(line.get_ydata()) == list(paper[(paper.framework == "ByteTransformer")
+                                                        & (paper.max_seq_len <= 128)]
+                                                  .sort_values("max_seq_len").latency_ms)
+        assert (ax.get_yscale() == "log") is log
+        plt.close(fig)

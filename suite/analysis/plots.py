@@ -23,7 +23,7 @@ def latency_figure(table: pd.DataFrame, paper: pd.DataFrame, out: Path,
                              squeeze=False, constrained_layout=True)
     for row, b in zip(axes, batch_sizes):
         here = ok[ok.batch_size == b]
-        _latency_panel(row[0], here, b)
+        _latency_panel(row[0], here, b, paper[paper.batch_size == b])
         _speedup_panel(row[1], here, paper[paper.batch_size == b], b)
         _paper_panel(row[2], paper[paper.batch_size == b], b)
     _heatmap_panel(axes[-1][0], ok)
@@ -109,11 +109,23 @@ def _framework_bars(ax, ok: pd.DataFrame) -> None:
     ax.set(title=f"every framework at batch {b}, max length {s}", xlabel="ms (median, IQR)")
 
 
-def _latency_panel(ax, here: pd.DataFrame, b: int) -> None:
+def _latency_panel(ax, here: pd.DataFrame, b: int, paper_b: pd.DataFrame) -> None:
+    """Latency here; on a GPU in fp16 (the paper's setting) the README's A100 ByteTransformer
+    beside it on the same axes. A log scale where the systems lie more than 20x apart."""
     for name, g in here.groupby("system"):
         g = g.sort_values("max_seq_len")
         err = [g.median_ms - g.q1_ms, g.q3_ms - g.median_ms]
-        ax.errorbar(g.max_seq_len, g.median_ms, yerr=err, marker="o", capsize=3, label=name)
+        ax.errorbar(g.max_seq_len, g.median_ms, yerr=err, marker="o", capsize=3, label=name,
+                    lw=2.5 if name == "reference" else 1.2)
+    gpu_fp16 = (not here.empty and (here.dtype == "fp16").all()
+                and here.device.astype(str).str.startswith("cuda").all())
+    bt = paper_b[paper_b.framework == "ByteTransformer"].sort_values("max_seq_len")
+    if gpu_fp16 and not bt.empty:
+        bt = bt[bt.max_seq_len <= here.max_seq_len.max()]
+        ax.plot(bt.max_seq_len, bt.latency_ms, color="grey", ls="--", marker="x",
+                label=f"ByteTransformer, {PAPER_LABEL}")
+    if not here.empty and here.median_ms.max() > 20 * here.median_ms.min():
+        ax.set_yscale("log")
     ax.set(title=f"this machine, batch {b}: latency (median, IQR)",
            xlabel="max sequence length", ylabel="ms")
     _legend(ax)
