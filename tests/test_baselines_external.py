@@ -160,6 +160,32 @@ def test_cmake_build_then_run_the_built_binary(tiny_cfg, tmp_path, monkeypatch):
     assert rec.derived["system"]["command"] == [str(tmp_path / "build/external/launcher/launcher")]
 
 
+@pytest.mark.skipif(shutil.which("cmake") is None, reason="needs cmake")
+def test_a_failed_build_is_recorded_and_its_points_are_unavailable_with_cmake_s_error(
+        tiny_cfg, tmp_path, monkeypatch):
+    """The workflow's rule records a failure (exit 0, the stamp says why) so that the program's
+    points are unavailable with cmake's error and the rest of the run goes on; by hand the
+    failure raises."""
+    from suite.baselines.external import BuildFailed, spec_from_config
+
+    monkeypatch.chdir(tmp_path)
+    source = tmp_path / "broken"
+    source.mkdir()
+    (source / "CMakeLists.txt").write_text(
+        'cmake_minimum_required(VERSION 3.10)\nproject(broken NONE)\n'
+        'message(FATAL_ERROR "needs nvcc 13 and a ByteTransformer checkout")\n')
+    cfg = cfg_with(tiny_cfg, broken={"command": ["{build_dir}/x"], "source": str(source)})
+    spec = spec_from_config("broken", cfg.external["broken"])
+    with pytest.raises(BuildFailed, match="needs nvcc 13"):
+        build(spec)
+    stamp = build(spec, record_failure=True)
+    meta = json.loads(stamp.read_text())
+    assert meta["status"] == "failed" and "needs nvcc 13" in meta["reason"]
+    rec = run_point(cfg, "external-broken", 3, 16, show_progress=False)
+    assert rec.status is Status.UNAVAILABLE
+    assert "did not build here" in rec.reason and "needs nvcc 13" in rec.reason
+
+
 def test_build_refuses_a_source_without_cmakelists(tmp_path):
     spec = ExternalSpec("x", ("{build_dir}/x",), source=str(tmp_path))
     with pytest.raises(ValueError, match="no CMakeLists.txt"):

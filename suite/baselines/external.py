@@ -103,10 +103,15 @@ class External(Baseline):
             return False, ("no program configured: add bert_varlen.external.<name> with a "
                            "command and list baseline external-<name>")
         argv = self.spec.argv()
-        if self.spec.source and not (self.spec.build_dir / STAMP).exists():
-            return False, (f"{self.spec.source} is not built yet ({self.spec.build_dir / STAMP} "
+        stamp = self.spec.build_dir / STAMP
+        if self.spec.source and not stamp.exists():
+            return False, (f"{self.spec.source} is not built yet ({stamp} "
                            f"missing): the workflow's external_build rule builds it, or run "
                            f"`seedbench build-external {self.spec.name} --config FILE`")
+        if self.spec.source:
+            built = json.loads(stamp.read_text())
+            if built.get("status", "ok") != "ok":
+                return False, f"{self.spec.source} did not build here: {built.get('reason')}"
         if shutil.which(argv[0]) is None:
             hint = ("set bert_varlen.external.{0}.source to a source checkout to build it"
                     if not self.spec.source else "check the command against the build's outputs")
@@ -201,9 +206,17 @@ class External(Baseline):
                 "timer": "reported by the program", **self._details}
 
 
-def build(spec: ExternalSpec, jobs: int = 1) -> Path:
+class BuildFailed(RuntimeError):
+    """cmake's configure or build step failed; the message ends with its output's tail."""
+
+
+def build(spec: ExternalSpec, jobs: int = 1, record_failure: bool = False) -> Path:
     """Configure and build ``spec.source`` with cmake into ``spec.build_dir``; write the stamp
-    (source commit, arguments, cmake version) that marks the build done. Returns the stamp."""
+    (source commit, arguments, cmake version) that marks the build done. Returns the stamp.
+
+    A build that fails raises ``BuildFailed``; with ``record_failure`` (the workflow's rule) the
+    stamp records the failure instead, with cmake's last lines, and every point of the program
+    is then ``unavailable`` with that reason rather than a broken workflow."""
     if not spec.source:
         raise ValueError(f"external program {spec.name!r} has no source to build "
                          f"(bert_varlen.external.{spec.name}.source is null)")
@@ -211,11 +224,29 @@ def build(spec: ExternalSpec, jobs: int = 1) -> Path:
     if not (source / "CMakeLists.txt").is_file():
         raise ValueError(f"bert_varlen.external.{spec.name}.source = {spec.source!r} has no "
                          f"CMakeLists.txt; it must be a CMake source checkout")
+    build_dir = spec.build_dir.resolve()
+    build_dir.mkdir(parents=True, exist_ok=True)
+    stamp = build_dir / STAMP
+    stamp.unlink(missing_ok=True)
+    meta: dict[str, Any] = {"name": spec.name, "source": str(source)}
+    try:
+        meta.update(_cmake(spec, source, build_dir, jobs))
+    except (BuildFailed, FileNotFoundError) as e:
+        if not record_failure:
+            raise
+        meta.update(status="failed", reason=clip(str(e), 2000))
+    commit = subprocess.run(["git", "-C", str(source), "rev-parse", "HEAD"], capture_output=True,
+                            text=True)
+    meta["source_commit"] = commit.stdout.strip() if commit.returncode == 0 else None
+    stamp.write_text(json.dumps({"status": "ok", **meta}, indent=1))
+    return stamp
+
+
+def _cmake(spec: ExternalSpec, source: Path, build_dir: Path, jobs: int) -> dict[str, Any]:
     cmake = shutil.which("cmake")
     if cmake is None:
         raise FileNotFoundError("cmake is not on PATH: pip install 'seedbench[external]' "
                                 "(the cmake wheel) or install it from your system")
-    build_dir = spec.build_dir.resolve()
     configure = [cmake, "-S", str(source), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
                  *spec.cmake_args]
     compile_ = [cmake, "--build", str(build_dir), "--parallel", str(max(1, jobs))]
@@ -223,14 +254,12 @@ def build(spec: ExternalSpec, jobs: int = 1) -> Path:
         compile_ += ["--target", spec.build_target]
     for argv in (configure, compile_):
         print("+", " ".join(argv), flush=True)
-        subprocess.run(argv, check=True)
+        done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              errors="replace")
+        print(done.stdout, end="", flush=True)
+        if done.returncode != 0:
+            last = "\n".join(done.stdout.strip().splitlines()[-15:])
+            raise BuildFailed(f"`{' '.join(argv[:2])} ...` exited {done.returncode}:\n{last}")
     version = subprocess.run([cmake, "--version"], capture_output=True, text=True).stdout
-    commit = subprocess.run(["git", "-C", str(source), "rev-parse", "HEAD"], capture_output=True,
-                            text=True)
-    stamp = build_dir / STAMP
-    stamp.write_text(json.dumps({
-        "name": spec.name, "source": str(source),
-        "source_commit": commit.stdout.strip() if commit.returncode == 0 else None,
-        "cmake": version.splitlines()[0] if version else None,
-        "configure": configure, "build": compile_}, indent=1))
-    return stamp
+    return {"cmake": version.splitlines()[0] if version else None, "configure": configure,
+            "build": compile_}

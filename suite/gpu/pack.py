@@ -65,6 +65,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 BUDGET_S = 480.0  # the issue's goal: the whole pack within 8 minutes of device wall time
 
 
@@ -95,7 +96,8 @@ GPU = Sizes(
     mha_lengths=(128, 256, 512, 1024), bert_lengths=(128, 1024), batch=16,
     # every system of the README grid step; each that cannot run here is a record saying why
     bert_systems=("reference", "reference-eager", "torch-eager", "torch-sdpa", "torch-compile",
-                  "torch-compile-cudagraphs", "torch-nested", "jax-xla", "deepspeed-inference"),
+                  "torch-compile-cudagraphs", "torch-nested", "jax-xla",
+                  "external-bytetransformer", "deepspeed-inference"),
     # the ByteTransformer README's table (b1 and b16; every other of its lengths up to 1024)
     grid={"batch_sizes": (1, 16), "max_seq_lens": (64, 128, 256, 512, 1024)},
     # ~1.2B parameters (24 x 12 x 2048^2 + embeddings), 2048 tokens, 8 sequences per step
@@ -116,8 +118,10 @@ GPU = Sizes(
                           "Server": {"max_batch": 32, "window_ms": 2}},
              "search": {"max_trials": 5, "rel_tol": 0.15, "start": 0.5, "step": 1.5},
              "timeout_s": 120, "shape_probes": 4},
-    # DeepSpeed compiles its inference ops (nvcc) on the first init_inference of the lease
-    extra={"ladder_length": 256, "grid_timeout_s": {"deepspeed-inference": 360}},
+    # DeepSpeed compiles its inference ops (nvcc) on the first init_inference of the lease; the
+    # original ByteTransformer's front converts the weights for each point
+    extra={"ladder_length": 256, "grid_timeout_s": {"deepspeed-inference": 360,
+                                                    "external-bytetransformer": 240}},
 )
 REHEARSAL = Sizes(
     device="cpu", bert_dtype="fp32",
@@ -218,8 +222,14 @@ class Pack:
                               capture_output=True, text=True, timeout=min(timeout, left))
 
     def section(self, **extra: Any) -> str:
+        """The bert_varlen section every BERT point of the pack runs with; the external
+        programs are paper.yaml's (on a GPU: the original ByteTransformer, if built)."""
         s = self.sizes
-        return json.dumps({"model": s.bert_model,
+        from suite.config import load
+
+        external = (load(ROOT / "workflows" / "config" / "paper.yaml")["bert_varlen"]["external"]
+                    if s.device == "cuda" else {})
+        return json.dumps({"model": s.bert_model, "external": external,
                            "batch_sizes": sorted({s.batch, *s.grid["batch_sizes"]}),
                            "max_seq_lens": sorted({*s.bert_lengths, *s.grid["max_seq_lens"]}),
                            "device": s.device,

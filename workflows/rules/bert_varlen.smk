@@ -13,7 +13,7 @@ rule external_build:
     threads: TIMED_THREADS
     shell:
         "seedbench build-external {wildcards.program} --section-json {params.section:q}"
-        " --jobs {threads} > {log} 2>&1"
+        " --jobs {threads} --record-failure > {log} 2>&1"
 
 
 rule bert_point:

@@ -1,4 +1,5 @@
-"""CPU checks of seedbench_external_bytetransformer.py (no GPU, no bt_bert needed).
+"""CPU checks of the original ByteTransformer's protocol front
+(examples/external-bytetransformer/seedbench_external_bytetransformer.py; no GPU, no bt_bert).
 
 - the host embeddings equal HF's BertEmbeddings;
 - the weight conversion: a float64 numpy restatement of ByteTransformer's layer math (its
@@ -6,8 +7,6 @@
   BertModel, and weights.bin decodes back in the order bt_bert.cu reads it;
 - the protocol: `unavailable` replies (cpu, bf16, no binary, no GPU) and a full `ok` run through a
   stand-in for bt_bert that reads the run folder as bt_bert.cu does and computes in numpy.
-
-Run: /work/main/.venv/bin/python -m pytest examples/external-bytetransformer/test_front.py -q
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent.parent / "examples" / "external-bytetransformer"
 sys.path.insert(0, str(HERE))
 import seedbench_external_bytetransformer as front  # noqa: E402
 
