@@ -11,7 +11,7 @@ STAMP := $(VENV)/.seedbench-installed
 # Console scripts of the venv (seedbench, snakemake) for the workflow's shell rules.
 RUN := PATH="$(abspath $(BIN)):$$PATH"
 
-.PHONY: help venv reproduce report rerun-noisy gpu-check gpu-wheels bytetransformer test test-cluster slurm lint lock clean browser docs
+.PHONY: help venv reproduce report rerun-noisy gpu-check gpu-wheels cuda-wheels bytetransformer fastertransformer test test-cluster slurm lint lock clean browser docs
 
 help:
 	@echo "make reproduce [CONFIG=workflows/config/paper.yaml]  run the workflow -> reports/index.html"
@@ -83,26 +83,35 @@ GPU_STEPS = $(if $(STEPS),--steps $(STEPS))
 gpu-wheels: $(STAMP)
 	$(BIN)/python -m suite.gpu.wheels download .whl
 
-# The original ByteTransformer (examples/external-bytetransformer) built here for a GPU lease, with
-# no GPU: CUDA 13 from pip wheels in .cuda/, for sm_90, into build/external/bytetransformer
-# (carry its bt_bert and seedbench-build.json). BT_SOURCE: a ByteTransformer checkout with its
-# cutlass submodule (3rdparty/cutlass); BT_COMMIT: its commit where the checkout is not a git
-# repository (an archive), for the records.
+# The paper's competitors without a pip package, built here for a GPU lease with no GPU: CUDA 13
+# from pip wheels in .cuda/ (cuda-wheels), for sm_90, through `seedbench build-external` (the
+# programs of paper.yaml) into build/external/<name>/ (carry its seedbench-build.json, and
+# bytetransformer's bt_bert). BT_SOURCE / FT_SOURCE: checkouts with their cutlass submodule;
+# BT_COMMIT / FT_COMMIT: their commits where a checkout is an archive, for the records.
+# FasterTransformer does not build with CUDA 13: its failure is recorded (--record-failure), and
+# its points are unavailable with cmake's error (examples/external-fastertransformer/README.md).
 BT_SOURCE ?= ../ByteTransformer
 BT_COMMIT ?=
+FT_SOURCE ?= ../FasterTransformer
+FT_COMMIT ?=
 CUDA_WHEELS := nvidia-cuda-nvcc==13.5.37 nvidia-cuda-crt==13.5.37 nvidia-nvvm==13.5.37 \
 	nvidia-cuda-runtime==13.5.37 nvidia-cublas==13.10.0.20 nvidia-cuda-cccl==13.3.5.0.6
 CUDA_HOME_WHEELS = $(CURDIR)/.cuda/lib/python3.11/site-packages/nvidia/cu13
-bytetransformer: $(STAMP)
+WITH_CUDA_WHEELS = CUDACXX=$(CUDA_HOME_WHEELS)/bin/nvcc CUDAToolkit_ROOT=$(CUDA_HOME_WHEELS) \
+	CMAKE_LIBRARY_PATH=$(CURDIR)/.cuda/link
+BUILD_EXTERNAL = $(BIN)/seedbench build-external --config workflows/config/paper.yaml
+cuda-wheels:
 	test -x .cuda/bin/python || $(PYTHON) -m venv .cuda
 	.cuda/bin/python -m pip install -q --disable-pip-version-check $(CUDA_WHEELS)
 	# the wheels ship lib*.so.13 only: the unversioned names the linker looks for, beside them
 	mkdir -p .cuda/link && for lib in cudart cublas cublasLt; do \
 		ln -sf $(CUDA_HOME_WHEELS)/lib/lib$$lib.so.13 .cuda/link/lib$$lib.so; done
+bytetransformer: $(STAMP) cuda-wheels
 	BYTETRANSFORMER_SOURCE=$(abspath $(BT_SOURCE)) BYTETRANSFORMER_COMMIT=$(BT_COMMIT) \
-		CUDACXX=$(CUDA_HOME_WHEELS)/bin/nvcc \
-		CUDAToolkit_ROOT=$(CUDA_HOME_WHEELS) CMAKE_LIBRARY_PATH=$(CURDIR)/.cuda/link \
-		$(BIN)/seedbench build-external bytetransformer --config workflows/config/paper.yaml
+		$(WITH_CUDA_WHEELS) $(BUILD_EXTERNAL) bytetransformer
+fastertransformer: $(STAMP) cuda-wheels
+	FASTERTRANSFORMER_SOURCE=$(abspath $(FT_SOURCE)) FASTERTRANSFORMER_COMMIT=$(FT_COMMIT) \
+		$(WITH_CUDA_WHEELS) $(BUILD_EXTERNAL) fastertransformer --record-failure
 
 ifdef DRY
 gpu-check: $(STAMP)

@@ -230,3 +230,16 @@ def test_onnxruntime_matches_hf_on_other_shapes_than_the_export(tiny_cfg, tmp_pa
 def test_onnxruntime_refuses_half_precision():
     ok, why = baselines.create("onnxruntime").can_run("bert-encoder", "cpu", "fp16")
     assert not ok and "fp16" in why
+
+
+def test_a_failed_build_s_reason_leads_with_the_compiler_s_errors_not_make_s_echo():
+    from suite.baselines.external import _failure_lines
+
+    out = "\n".join(["[ 10%] Building CXX object a.o",
+                     "x.cc:21:10: fatal error: nvToolsExt.h: No such file or directory",
+                     *[f"gmake[{i}]: Leaving directory 'b'" for i in range(20)],
+                     "gmake[1]: *** [Makefile:91: all] Error 2", "gmake: done"])
+    got = _failure_lines(out).splitlines()
+    assert got[0] == "x.cc:21:10: fatal error: nvToolsExt.h: No such file or directory"
+    assert got[1] == "..." and got[-1] == "gmake: done"
+    assert not any("***" in line for line in got[:1])

@@ -258,8 +258,17 @@ def _cmake(spec: ExternalSpec, source: Path, build_dir: Path, jobs: int) -> dict
                               errors="replace")
         print(done.stdout, end="", flush=True)
         if done.returncode != 0:
-            last = "\n".join(done.stdout.strip().splitlines()[-15:])
-            raise BuildFailed(f"`{' '.join(argv[:2])} ...` exited {done.returncode}:\n{last}")
+            raise BuildFailed(f"`{' '.join(argv[:2])} ...` exited {done.returncode}:\n"
+                              + _failure_lines(done.stdout))
     version = subprocess.run([cmake, "--version"], capture_output=True, text=True).stdout
     return {"cmake": version.splitlines()[0] if version else None, "configure": configure,
             "build": compile_}
+
+
+def _failure_lines(output: str, first: int = 8, last: int = 6) -> str:
+    """What a reader needs of a failed build's output: the compilers' first error lines (make's
+    own ``*** [...] Error`` lines are only their echo), then the last lines."""
+    lines = output.strip().splitlines()
+    errors = [ln for ln in lines if "error" in ln.lower() and "***" not in ln][:first]
+    tail = [ln for ln in lines[-last:] if ln not in errors]
+    return "\n".join([*errors, *(["..."] if errors and tail else []), *tail])

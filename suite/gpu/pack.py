@@ -97,7 +97,7 @@ GPU = Sizes(
     # every system of the README grid step; each that cannot run here is a record saying why
     bert_systems=("reference", "reference-eager", "torch-eager", "torch-sdpa", "torch-compile",
                   "torch-compile-cudagraphs", "torch-nested", "jax-xla",
-                  "external-bytetransformer", "deepspeed-inference"),
+                  "external-bytetransformer", "external-fastertransformer", "deepspeed-inference"),
     # the ByteTransformer README's table (b1 and b16; every other of its lengths up to 1024)
     grid={"batch_sizes": (1, 16), "max_seq_lens": (64, 128, 256, 512, 1024)},
     # ~1.2B parameters (24 x 12 x 2048^2 + embeddings), 2048 tokens, 8 sequences per step
