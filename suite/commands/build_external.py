@@ -7,17 +7,15 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 
+from suite.commands.common import section_arguments, section_of
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     ext = sub.add_parser("build-external",
                          help="cmake-build the source checkout of a configured external program")
     ext.add_argument("name", help="the program's key under bert_varlen.external")
-    ext_src = ext.add_mutually_exclusive_group(required=True)
-    ext_src.add_argument("--config", type=Path, help="workflow config YAML")
-    ext_src.add_argument("--section-json", help="the bert_varlen config section as JSON")
+    section_arguments(ext, "the bert_varlen config section as JSON")
     ext.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ext.add_argument("--record-failure", action="store_true",
                      help="a failed build writes its stamp with the failure and exits 0: the "
@@ -27,10 +25,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from suite.baselines.external import build, spec_from_config
-    from suite.config import BertVarlenConfig, ConfigError, load
+    from suite.config import BertVarlenConfig, ConfigError
 
-    section = (load(args.config)["bert_varlen"] if args.config
-               else json.loads(args.section_json))
+    section = section_of(args, "bert_varlen")
     programs = BertVarlenConfig.from_dict(section).external
     if args.name not in programs:
         raise ConfigError(f"no external program {args.name!r} under bert_varlen.external "

@@ -1,11 +1,28 @@
-"""What several commands share: the papers' CSVs as arguments, a results folder by name."""
+"""What several commands share: a config section as an argument, the papers' CSVs as arguments,
+a results folder by name."""
 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
+from typing import Any
 
 from suite.experiments import registry as experiments
+
+
+def section_arguments(parser: argparse.ArgumentParser, help_json: str) -> None:
+    """``--config FILE`` or ``--section-json JSON``, one of them required."""
+    src = parser.add_mutually_exclusive_group(required=True)
+    src.add_argument("--config", type=Path, help="workflow config YAML")
+    src.add_argument("--section-json", help=help_json)
+
+
+def section_of(args: argparse.Namespace, key: str) -> dict[str, Any]:
+    """The config section ``key`` from ``--config``, or the ``--section-json`` given."""
+    from suite.config import load
+
+    return load(args.config)[key] if args.config else json.loads(args.section_json)
 
 
 def paper_argument(parser: argparse.ArgumentParser) -> None:

@@ -11,6 +11,7 @@ import sys
 from itertools import product
 from pathlib import Path
 
+from suite.commands.common import section_arguments, section_of
 from suite.experiments import registry as experiments
 
 
@@ -24,9 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     grid.add_argument("--subject", default=None, help="model family (default bert)")
     grid.add_argument("--batch-sizes", type=int, nargs="+", required=True)
     grid.add_argument("--max-seq-lens", type=int, nargs="+", required=True)
-    src = grid.add_mutually_exclusive_group(required=True)
-    src.add_argument("--config", type=Path, help="workflow config YAML")
-    src.add_argument("--section-json", help="the experiment's config section as JSON")
+    section_arguments(grid, "the experiment's config section as JSON")
     grid.add_argument("--peak", type=Path, help="peak.json from `seedbench peak`")
     grid.add_argument("--oracle-dir", type=Path,
                       help="share each point's float64 reference output and the model's "
@@ -44,10 +43,9 @@ def record_path(out_dir: Path, batch_size: int, max_seq_len: int) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    from suite.config import BertVarlenConfig, load
+    from suite.config import BertVarlenConfig
 
-    section = (load(args.config)["bert_varlen"] if args.config
-               else json.loads(args.section_json))
+    section = section_of(args, "bert_varlen")
     cfg = BertVarlenConfig.from_dict(section)
     points = list(product(args.batch_sizes, args.max_seq_lens))
     if args.in_process:

@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+from suite.commands.common import section_arguments, section_of
 from suite.experiments import registry as experiments
 
 
@@ -23,9 +24,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                           "experiments; operator (attention, layernorm, gemm_gelu) for kernels")
     run.add_argument("--batch-size", type=int, required=True)
     run.add_argument("--max-seq-len", type=int, required=True)
-    src = run.add_mutually_exclusive_group(required=True)
-    src.add_argument("--config", type=Path, help="workflow config YAML")
-    src.add_argument("--section-json", help="the experiment's config section as JSON")
+    section_arguments(run, "the experiment's config section as JSON")
     run.add_argument("--peak", type=Path, help="peak.json from `seedbench peak`")
     run.add_argument("--oracle-dir", type=Path,
                      help="end-to-end experiments: read the point's float64 reference output "
@@ -38,15 +37,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from suite.config import BertVarlenConfig, load
+    from suite.config import BertVarlenConfig
 
-    section = (load(args.config)["bert_varlen"] if args.config
-               else json.loads(args.section_json))
+    section = section_of(args, "bert_varlen")
     cfg = BertVarlenConfig.from_dict(section)
     if args.in_process:
-        from suite.records import write_record
-
         from suite.peak.schema import read_peak
+        from suite.records import write_record
 
         peak = read_peak(args.peak)
         record = _measure(args, cfg, peak)

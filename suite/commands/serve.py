@@ -9,6 +9,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from suite.commands.common import section_arguments, section_of
 from suite.experiments import registry as experiments
 
 
@@ -20,9 +21,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        help="padded-<baseline>, bucketed-<baseline> or packed-reference")
     serve.add_argument("--repeat", type=int, default=0,
                        help="which independent run (LoadGen's seeds are seed + repeat)")
-    src = serve.add_mutually_exclusive_group(required=True)
-    src.add_argument("--config", type=Path, help="workflow config YAML")
-    src.add_argument("--section-json", help="the experiment's config section as JSON")
+    section_arguments(serve, "the experiment's config section as JSON")
     serve.add_argument("--out", type=Path, required=True,
                        help="the record; LoadGen's logs go to <stem>.loadgen/ beside it")
     serve.add_argument("--in-process", action="store_true",
@@ -30,13 +29,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from suite.config import load
     from suite.experiments.bert_serving import logs_of
     from suite.records import write_record
     from suite.serving.config import SECTION, ServingConfig
 
-    cfg = ServingConfig.from_dict(load(args.config)[SECTION] if args.config
-                                  else json.loads(args.section_json))
+    cfg = ServingConfig.from_dict(section_of(args, SECTION))
     logs = logs_of(args.out)  # a declared output of the rule: there whatever the outcome
     shutil.rmtree(logs, ignore_errors=True)
     logs.mkdir(parents=True)
