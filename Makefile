@@ -119,6 +119,8 @@ gpu-check: $(STAMP)
 else
 gpu-check:
 	python3 -m suite.gpu.wheels install .whl /tmp/site
+	# a carried build may arrive without its mode bits
+	chmod +x build/external/bytetransformer/bt_bert 2>/dev/null || true
 	python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . -e $(LOGGER_PLUGIN)
 	PYTHONPATH=/tmp/site python3 -m suite.cli gpu-check --out $(GPU_OUT) $(GPU_STEPS)
 endif
