@@ -55,7 +55,7 @@ def test_back_to_back_time_and_what_ran_are_in_the_record_and_the_table(tiny_cfg
     assert rec.status is Status.OK, rec.reason
     queued = rec.timing["back_to_back"]
     assert queued["rounds"] == len(queued["samples"]) == queued["stats"]["n"] == 5
-    assert 10 <= queued["calls_per_round"] <= 1000
+    assert 3 <= queued["calls_per_round"] <= 1000
     d = rec.derived
     assert d["back_to_back_ms"] == pytest.approx(queued["stats"]["median"] * 1e3)
     assert 0 <= d["launch_share"] < 1

@@ -51,11 +51,11 @@ def measure(fn: Callable[[], object], device: torch.device, policy: TimingPolicy
 def measure_back_to_back(fn: Callable[[], object], device: torch.device, per_call_s: float,
                          rounds: int = 5, round_s: float = 0.05) -> dict:
     """Seconds per call with the calls queued back to back: ``calls`` calls between two events
-    (about ``round_s`` a round, 10 to 1000 calls), one wait at the end of each round. The
+    (about ``round_s`` a round, 3 to 1000 calls), one wait at the end of each round. The
     per-call figure (``measure``) waits after every call, so each starts on an idle GPU and pays
     the host's launch path in full; here the host launches while the GPU works. Where the two
     differ, the host sets the per-call pace, not the GPU."""
-    calls = min(1000, max(10, math.ceil(round_s / max(per_call_s, 1e-9))))
+    calls = min(1000, max(3, math.ceil(round_s / max(per_call_s, 1e-9))))
     synchronize(device)
     samples = [_time_once(lambda: _repeat(fn, calls), device) / calls for _ in range(rounds)]
     return {"calls_per_round": calls, "rounds": rounds, "samples": samples}
