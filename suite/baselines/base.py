@@ -8,7 +8,9 @@ results are only kept after the correctness gate passes.
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -17,7 +19,31 @@ import torch
 from suite.records import Unavailable  # defined torch-free there; re-exported for plugins
 from suite.workloads import BertBatch
 
-__all__ = ["Baseline", "Supports", "Unavailable"]
+__all__ = ["Baseline", "FirstCalls", "Supports", "Unavailable"]
+
+
+class FirstCalls:
+    """Seconds of each batch shape's first call (``by_shape``: "BxS" -> s), where a system that
+    traces or compiles per shape does it (the correctness gate's call, never a timed one);
+    ``last``: the shape of the latest call."""
+
+    def __init__(self) -> None:
+        self.by_shape: dict[str, float] = {}
+        self.last = ""
+
+    def call(self, batch: BertBatch, fn: Callable[[], Any],
+             wait: Callable[[Any], None] | None = None) -> Any:
+        """``fn()``, timed when ``batch``'s shape is new; ``wait(out)`` then waits for work
+        ``fn`` left queued (a GPU's) before the clock stops, on that call only."""
+        self.last = "x".join(map(str, batch.input_ids.shape))
+        if self.last in self.by_shape:
+            return fn()
+        start = time.perf_counter()
+        out = fn()
+        if wait is not None:
+            wait(out)
+        self.by_shape[self.last] = time.perf_counter() - start
+        return out
 
 
 @dataclass(frozen=True)

@@ -18,13 +18,12 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
-import time
 from functools import partial
 from typing import Any
 
 import torch
 
-from suite.baselines.base import Baseline, Supports
+from suite.baselines.base import Baseline, FirstCalls, Supports
 from suite.baselines.bert_weights import bert_weights
 from suite.workloads import BertBatch
 
@@ -114,7 +113,7 @@ class JaxXla(Baseline):
                                               bert_weights(model))
         self.fn = jax.jit(partial(encoder, heads=model.config.num_attention_heads,
                                   eps=model.config.layer_norm_eps))
-        self.first_call_s: dict[str, float] = {}
+        self.first_calls = FirstCalls()
 
     def run(self, batch: BertBatch) -> torch.Tensor:
         """The inputs reach JAX and the output torch through DLPack (no host copy on a GPU).
@@ -124,17 +123,15 @@ class JaxXla(Baseline):
 
         args = [dlpack.from_dlpack(t.contiguous()) for t in
                 (batch.input_ids, batch.token_type_ids, batch.attention_mask)]
-        shape = "x".join(map(str, batch.input_ids.shape))
-        start = time.perf_counter()
-        out = self.fn(self.weights, *args).block_until_ready()
-        if shape not in self.first_call_s:  # a new shape: trace + XLA compile + one run
-            self.first_call_s[shape] = time.perf_counter() - start
+        # a new shape's first call: trace + XLA compile + one run
+        out = self.first_calls.call(
+            batch, lambda: self.fn(self.weights, *args).block_until_ready())
         return torch.from_dlpack(out)
 
     def details(self) -> dict[str, Any]:
         jax = self.jax
         return {"jax": jax.__version__, "execution": "jax.jit (XLA), one program per shape",
-                "jax_device": str(self.device), "first_call_s": dict(self.first_call_s),
+                "jax_device": str(self.device), "first_call_s": dict(self.first_calls.by_shape),
                 "first_call_includes": "trace + XLA compile + one run",
                 "each_call_waits": "block_until_ready (JAX's streams are not torch's)",
                 "cpu_threads": "XLA's own pool (all cores; the config's threads not applied)"}

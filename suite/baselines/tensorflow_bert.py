@@ -26,13 +26,12 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
-import time
 from typing import Any
 
 import numpy as np
 import torch
 
-from suite.baselines.base import Baseline, Supports
+from suite.baselines.base import Baseline, FirstCalls, Supports
 from suite.baselines.bert_weights import bert_weights
 from suite.workloads import BertBatch
 
@@ -148,7 +147,7 @@ class TensorFlowEager(Baseline):
             encoder = make_encoder(tf, weights, model.config.num_attention_heads,
                                    model.config.layer_norm_eps)
         self.fn = tf.function(encoder, jit_compile=self.jit_compile, reduce_retracing=True)
-        self.first_call_s: dict[str, float] = {}
+        self.first_calls = FirstCalls()
 
     @staticmethod
     def _set_threads(tf, n: int) -> None:
@@ -172,13 +171,8 @@ class TensorFlowEager(Baseline):
         with tf.device(self.tf_device):
             args = [tf.constant(t.cpu().numpy(), dtype=tf.int32)
                     for t in (batch.input_ids, batch.token_type_ids, batch.attention_mask)]
-            shape = "x".join(str(d) for d in batch.input_ids.shape)
-            if shape in self.first_call_s:
-                return self.fn(*args).numpy()
-            start = time.perf_counter()
-            out = self.fn(*args).numpy()  # first call of a shape: trace (+ XLA compile) + run
-            self.first_call_s[shape] = time.perf_counter() - start
-            return out
+            # a shape's first call: trace (+ XLA compile) + run; .numpy() waits for it
+            return self.first_calls.call(batch, lambda: self.fn(*args).numpy())
 
     def details(self) -> dict[str, Any]:
         tf = self.tf
@@ -188,8 +182,8 @@ class TensorFlowEager(Baseline):
                          else "tf.function graph, no XLA",
             "jit_compile": self.jit_compile,
             "tf_device": self.tf_device,
-            "first_call_s": next(iter(self.first_call_s.values()), None),
-            "first_call_s_by_shape": dict(self.first_call_s),
+            "first_call_s": next(iter(self.first_calls.by_shape.values()), None),
+            "first_call_s_by_shape": dict(self.first_calls.by_shape),
             "first_call_includes": "trace + graph optimization" + (" + XLA compile"
                                    if self.jit_compile else "") + " + one run",
             "traces": self.fn.experimental_get_tracing_count(),

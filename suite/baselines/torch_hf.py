@@ -13,7 +13,7 @@ import warnings
 
 import torch
 
-from suite.baselines.base import Baseline, Supports
+from suite.baselines.base import Baseline, FirstCalls, Supports
 from suite.models import hf_inputs
 from suite.workloads import BertBatch
 
@@ -161,28 +161,19 @@ class TorchCompile(TorchEager):
     def prepare(self, model: torch.nn.Module, device: torch.device, dtype: torch.dtype) -> None:
         super().prepare(model, device, dtype)
         self.compiled = torch.compile(self.model, mode=self.mode)
-        self.first_call_s: dict[str, float] = {}  # "BxS" -> seconds
-        self.shape = ""
+        self.first_calls = FirstCalls()
 
     @torch.inference_mode()
     def run(self, batch: BertBatch) -> torch.Tensor:
-        self.shape = "x".join(map(str, batch.input_ids.shape))
-        if self.shape not in self.first_call_s:
-            start = time.perf_counter()
-            out = self._call(batch)
-            if out.device.type == "cuda":
-                torch.cuda.synchronize(out.device)
-            self.first_call_s[self.shape] = time.perf_counter() - start
-            return out
-        return self._call(batch)
+        return self.first_calls.call(batch, lambda: self._call(batch), synchronize_output)
 
     def _call(self, batch: BertBatch) -> torch.Tensor:
         return self.compiled(**self.inputs(batch)).last_hidden_state
 
     def details(self) -> dict:
         return {**super().details(), "backend": "inductor", "mode": self.mode,
-                "compile_s": self.first_call_s.get(self.shape),
-                "first_call_s": dict(self.first_call_s)}
+                "compile_s": self.first_calls.by_shape.get(self.first_calls.last),
+                "first_call_s": dict(self.first_calls.by_shape)}
 
 
 class TorchCompileGraphs(TorchCompile):
@@ -205,3 +196,9 @@ class TorchCompileGraphs(TorchCompile):
     def _call(self, batch: BertBatch) -> torch.Tensor:
         torch.compiler.cudagraph_mark_step_begin()
         return super()._call(batch)
+
+
+def synchronize_output(out: torch.Tensor) -> None:
+    """Wait for the kernels that produce ``out`` (a no-op on CPU)."""
+    if out.device.type == "cuda":
+        torch.cuda.synchronize(out.device)

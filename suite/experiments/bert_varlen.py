@@ -203,16 +203,17 @@ def _run(record: Record, cfg: BertVarlenConfig, session: _Session, batch_size: i
     queued: dict[str, Any] = {}  # the calls timed back to back, where the policy asks
     if system.times_itself:  # the gate's invocation also timed itself: no load watched
         samples, timer, load = system.reported_samples(), f"reported by {record.system}", None
+        stats = summarize(samples)
     else:
         with watched() as load:
             samples = measure(lambda: system.run(dev_batch), device, cfg.timing, progress,
                               calls_made=1)
+            stats = summarize(samples)
             if cfg.timing.times_back_to_back(device.type):
                 queued = measure_back_to_back(lambda: system.run(dev_batch), device,
-                                              summarize(samples)["median"])
+                                              stats["median"])
                 queued["stats"] = summarize(queued["samples"])
         timer = timer_name(device)
-    stats = summarize(samples)
     untimed = ({} if system.times_itself else
                {"untimed_calls": {"correctness_gate": 1,
                                   "warmup": max(0, cfg.timing.warmup - 1)}})
