@@ -77,9 +77,11 @@ rerun-noisy: $(STAMP)
 #   make gpu-check GPU_OUT=$$OUT    (installs the wheels the machine lacks, and the project and
 #                                    its Snakemake logger without dependencies)
 # DRY=1 rehearses every step on CPU at tiny sizes with this venv (make test runs it).
-# STEPS="serving gemm_shapes" runs only those (the ones a cut-off run skipped, in a second call).
+# STEPS="serving gemm_shapes" runs only those (the ones a cut-off run skipped, in a second call;
+# SEEDBENCH_TRITON_TUNING=<the first call's tuning.json, carried> where it skips tune).
+# BUDGET=<seconds> sets the pack's budget (480 s; no step or point starts past it).
 GPU_OUT ?= gpu-check-out
-GPU_STEPS = $(if $(STEPS),--steps $(STEPS))
+GPU_STEPS = $(if $(STEPS),--steps $(STEPS)) $(if $(BUDGET),--budget-s $(BUDGET))
 gpu-wheels: $(STAMP)
 	$(BIN)/python -m suite.gpu.wheels download .whl
 

@@ -287,3 +287,41 @@ def test_a_point_that_fails_or_times_out_ends_itself_not_its_step(tmp_path):
     assert packed[0] == [f"{pack.machine}/a.json"] and len(packed) == 4
     assert outcome(statuses)["status"] == "failed"
     assert "status" not in outcome({"a": "ok", "e": "skipped: budget of 60 s spent"})
+
+
+def test_the_gpu_serving_section_is_valid_and_runs_the_goals_systems_first():
+    """Checked here, not first on the lent machine: the section the GPU pack serves with passes
+    the schema, and its rounds put the graphed reference and the padded bar first."""
+    from suite.gpu.pack import GPU
+    from suite.gpu.steps.bert import serving_section
+    from suite.serving.config import ServingConfig
+
+    cfg = ServingConfig.from_dict(serving_section(GPU))
+    assert cfg.systems[:2] == ["packed-reference", "padded-torch-sdpa"]
+    assert cfg.repeats == 3 and cfg.device == "cuda" and cfg.dtype == "fp16"
+    assert GPU.extra["serving_first"] == 2
+
+
+def test_serving_runs_the_goals_pair_every_repeat_before_the_others():
+    from suite.gpu.steps.bert import serving_order
+
+    assert serving_order(["a", "b", "c", "d"], 3, 2) == [
+        ("a", 0), ("b", 0), ("a", 1), ("b", 1), ("a", 2), ("b", 2),
+        ("c", 0), ("d", 0), ("c", 1), ("d", 1), ("c", 2), ("d", 2)]
+    assert serving_order(["a", "b"], 2, 2) == [("a", 0), ("b", 0), ("a", 1), ("b", 1)]
+
+
+def test_the_grid_runs_every_system_once_the_goals_first():
+    """bert_grid then bert_grid_more: together every system, none twice, the reference and its
+    bar in the first step; the points' section lists them all."""
+    from suite.gpu.pack import GPU, REHEARSAL, Pack
+
+    for sizes in (GPU, REHEARSAL):
+        both = [*sizes.bert_systems, *sizes.bert_systems_more]
+        assert len(set(both)) == len(both) and sizes.bert_systems[0] == "reference"
+        assert sizes.bert_systems_more
+    assert GPU.bert_systems[:2] == ("reference", "torch-compile-cudagraphs")
+    assert "external-bytetransformer" in GPU.bert_systems
+    assert GPU.bert_systems_more[-1] == "deepspeed-inference"  # it compiles its ops first
+    section = json.loads(Pack.section(type("P", (), {"sizes": REHEARSAL})()))
+    assert section["baselines"] == [*REHEARSAL.bert_systems, *REHEARSAL.bert_systems_more]

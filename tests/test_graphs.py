@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from reference_impl import PaddingFreeBert
-from reference_impl.graphs import BucketKey, GraphedEncoder, token_bucket
+from reference_impl.graphs import BucketKey, GraphedEncoder, token_bucket, token_buckets
 from reference_impl.packing import pack_info_from_lengths
 from suite.config import BertDims
 from suite.models import canonical_bert
@@ -19,6 +19,13 @@ def test_token_buckets_hold_the_batch_and_add_under_a_sixteenth_or_16_rows(token
     bucket = token_bucket(tokens)
     assert 0 <= bucket - tokens < max(16, tokens / 16)
     assert bucket % 16 == 0
+
+
+@pytest.mark.parametrize("most", [1, 16, 17, 700, 8192])
+def test_a_servers_token_buckets_are_every_bucket_up_to_its_largest_batch(most):
+    buckets = token_buckets(most)
+    assert buckets == sorted(set(buckets), reverse=True)  # largest first, each once
+    assert {token_bucket(t) for t in range(1, most + 1)} == set(buckets)
 
 
 def test_bucket_keys_round_batch_and_longest_length_to_powers_of_two():
@@ -77,6 +84,34 @@ def test_rows_past_the_batch_cannot_reach_a_valid_token_even_when_not_finite():
     _, got, _ = _both(model, graphed, lengths, 1)
     assert torch.isnan(next(iter(graphed.buckets.values())).out[total:]).all()
     assert torch.equal(got[valid], clean[valid]) and (got[~valid] == 0).all()
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_a_server_builds_every_bucket_first_and_its_batches_only_replay_them(backend):
+    """``for_serving``: one batch and length bucket for every batch within the server's shape,
+    so the token buckets are all there is to build, and all are built before a request (on
+    buffers whose sequences are all empty: the GPU's capture warms up on them); the batches
+    after it add none and still give the eager forward (Triton's kernels interpreted)."""
+    if backend == "triton":
+        pytest.importorskip("triton")
+    model = _model(backend=backend)
+    graphed = GraphedEncoder(model, max_tokens=64)
+    shape = graphed.for_serving(max_batch=3, max_seqlen=20)
+    expected = {BucketKey(t, 4, 32) for t in token_buckets(60)}  # 3 x 20 tokens at most
+    assert graphed.buckets.keys() == expected and shape["buckets"] == len(expected) == 4
+    assert shape["batch"] == 4 and shape["max_seqlen"] == 32 and shape["seconds"] >= 0
+    cases = [[20, 5, 9], [1], [17, 20], [20, 20, 20], [3, 0, 8]]
+    for seed, lengths in enumerate(cases):
+        eager, got, valid = _both(model, graphed, lengths, seed)
+        torch.testing.assert_close(got[valid], eager[valid], rtol=0, atol=2e-5)
+    assert graphed.buckets.keys() == expected and graphed.calls == {"graph": 5, "eager": 0}
+    # outside the shape, a batch keys as it would without a server (here, a new bucket)
+    eager, got, valid = _both(model, graphed, [5] * 5, 9)
+    torch.testing.assert_close(got[valid], eager[valid], rtol=0, atol=2e-5)
+    assert BucketKey(32, 8, 16) in graphed.buckets and len(graphed.buckets) == 5
+    assert graphed.details()["serving"] == shape
+    with pytest.raises(ValueError, match="max_batch=0 and max_seqlen=8 must be >= 1"):
+        graphed.for_serving(0, 8)
 
 
 def test_triton_kernels_on_static_buffers_with_empty_sequences_and_stale_rows():

@@ -325,14 +325,17 @@ NAMES = ["padded-torch-eager", "bucketed-torch-eager", "packed-reference"]
 
 
 def test_every_system_passes_the_gate_on_mixed_lengths_and_a_wrong_one_does_not(tmp_path):
-    systems, sample, oracle = _tiny_systems(NAMES + ["padded-reference"])
-    # the control: the reference with its padding-free switches off, padded GEMMs
+    systems, sample, oracle = _tiny_systems(NAMES + ["padded-reference",
+                                                    "packed-reference-eager"])
+    # the control: the reference with its padding-free switches off, padded GEMMs, eager
     control = systems["padded-reference"].baseline
     assert not control.padding_free and not control.switches.fused_mha
-    assert systems["packed-reference"].baseline.padding_free
-    # served eagerly, like the frameworks beside it (a graph per new bucket mid-run would not be)
-    assert not any(systems[n].baseline.cuda_graphs for n in ("packed-reference",
-                                                             "padded-reference"))
+    assert "padded path" in control.details()["eager_because"]
+    # packed: graphs where there is a GPU (not here), and the eager one beside it
+    packed, eager = (systems[n].baseline for n in ("packed-reference", "packed-reference-eager"))
+    assert packed.padding_free and eager.padding_free
+    assert packed.cuda_graphs and not eager.cuda_graphs
+    assert packed.details()["eager_because"] == "device cpu: CUDA graphs need a GPU"
     for name, system in systems.items():
         check = system.check(sample, oracle, "fp32", tmp_path / name)
         assert check["passed"], (name, check)
@@ -488,9 +491,14 @@ def test_a_system_name_is_batching_and_baseline_and_only_the_reference_packs():
 
     assert parse_system("bucketed-torch-eager") == ("bucketed", "torch-eager")
     assert parse_system("padded-reference") == ("padded", "reference")  # the control
+    assert parse_system("packed-reference-eager") == ("packed", "reference-eager")
     with pytest.raises(ValueError, match=r"'packed-torch-eager': only the reference computes "
-                                         r"without padding \(packed-reference\)"):
+                                         r"without padding \(packed-reference, "
+                                         r"packed-reference-eager\)"):
         parse_system("packed-torch-eager")
+    with pytest.raises(ValueError, match=r"'padded-reference-eager': the reference served padded "
+                                         r"runs eagerly already .* name it padded-reference"):
+        parse_system("padded-reference-eager")
     with pytest.raises(ValueError, match=r"'unpadded-reference' is not '<batching>-<baseline>'"):
         parse_system("unpadded-reference")
 
@@ -528,11 +536,22 @@ def _serve(tmp_path, system, repeat=0, **over):
     return measure_point(tiny_section(**over), system, repeat, out), out
 
 
-def test_a_served_system_records_offline_and_server_with_loadgen_logs_beside_it(tmp_path):
+def test_a_served_system_records_offline_and_server_with_loadgen_logs_beside_it(tmp_path,
+                                                                                monkeypatch):
+    """Served as on a GPU, through the graphs' static buckets (uncaptured here): each bucket
+    the batches can fill is built before the gate, and the run builds none."""
+    from suite.baselines.reference import Reference
     from suite.experiments.bert_serving import logs_of
 
+    monkeypatch.setattr(Reference, "_eager_because", lambda self: "")
     rec, out = _serve(tmp_path, "packed-reference", repeat=1, shape_probes=2)
     assert rec.status.value == "ok", (rec.reason, rec.derived.get("traceback"))
+    graphs = rec.derived["system"]["cuda_graphs"]
+    assert rec.derived["system"]["execution"] == "static-buckets (no capture)"
+    # the largest batch of any scenario (Offline's 8) x the longest request (16)
+    assert graphs["serving"]["batch"] == 8 and graphs["serving"]["max_seqlen"] == 16
+    assert graphs["serving"]["buckets"] == len(graphs["buckets"]) == 8  # 16, 32, ... 128
+    assert graphs["calls"]["graph"] > 0 and graphs["calls"]["eager"] == 0
     probes = rec.derived["shape_probes"]
     assert len(probes) == 2 and all(p["first_s"] > 0 and p["second_s"] > 0 for p in probes)
     assert rec.correctness["passed"] and rec.point["repeat"] == 1
@@ -672,6 +691,29 @@ def test_claims_pair_valid_runs_only_average_log_ratios_and_name_what_they_left_
             "padded-torch-eager repeat 3: failed (out of memory)") in server["note"]
     assert offline["verdict"] == "not tested" and offline["n"] == 0
     assert "packed-reference repeat 0: INVALID (Min duration satisfied)" in offline["note"]
+
+
+def test_each_padding_free_system_is_paired_with_each_padded_one_and_never_with_another():
+    """packed-reference (graphs on a GPU) and packed-reference-eager each against each padded
+    or bucketed system, in that order; the two packed systems are not a padding claim."""
+    from suite.analysis.serving_analysis import claims
+
+    rows = [_summary_row(system, k, "Server", max_valid_qps=qps * (1 + k / 10))
+            for k in (0, 1) for system, qps in (("packed-reference", 400.0),
+                                               ("packed-reference-eager", 250.0),
+                                               ("padded-torch-sdpa", 200.0),
+                                               ("bucketed-torch-sdpa", 320.0))]
+    found = claims(pd.DataFrame(rows))
+    assert list(found.claim) == [
+        f"{ours}'s highest VALID Server QPS over {other}'s, at the same p99 bound"
+        for ours in ("padding-free packing", "eager padding-free packing")
+        for other in ("bucketed-torch-sdpa", "padded-torch-sdpa")]
+    assert list(found.measured) == pytest.approx([400 / 320, 2.0, 250 / 320, 1.25])
+    assert list(found.n) == [2] * 4
+    # without the packed reference, its claims say so rather than vanish
+    alone = claims(pd.DataFrame([r for r in rows if r["system"] == "padded-torch-sdpa"]))
+    assert list(alone.verdict) == ["not tested"]
+    assert "packed-reference is not among the systems run" in alone.note[0]
 
 
 def test_every_system_in_the_figure_gets_a_color_of_its_own():

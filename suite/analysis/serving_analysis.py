@@ -1,12 +1,13 @@
 """The serving records -> the summary table (one row per system, repeat and scenario), the
 latency-vs-offered-load curves (one row per Server trial) and the measured claims.
 
-Claims pair the padding-free system with each padded or bucketed one by repeat (the same
-LoadGen seeds), VALID runs only: per repeat the ratio of the Server's highest VALID offered
-load, of Offline samples/s, and of the SingleStream p90 latency (theirs over ours); the claim's
-value is the geometric mean of the ratios with the t-interval of their logarithms over repeats,
-reproduced when the whole interval lies above 1. The note names every repeat left out and why
-(failed, INVALID, not run on the other side).
+Claims pair each padding-free system (``packed-reference``; ``packed-reference-eager`` where it
+ran) with each padded or bucketed one by repeat (the same LoadGen seeds), VALID runs only: per
+repeat the ratio of the Server's highest VALID offered load, of Offline samples/s, and of the
+SingleStream p90 latency (theirs over ours); the claim's value is the geometric mean of the
+ratios with the t-interval of their logarithms over repeats, reproduced when the whole interval
+lies above 1. The note names every repeat left out and why (failed, INVALID, not run on the
+other side).
 
 Beside each ratio, its ceiling from work alone: the tokens the padded system computed per valid
 token in the same runs (its batches padded to their longest request). Where time grows with
@@ -24,16 +25,14 @@ import pandas as pd
 
 from suite.analysis.tables import read_checked
 from suite.analysis.verdicts import CLAIM_COLUMNS, not_tested, ratio_claim
-from suite.serving.config import PADDING_FREE
+from suite.serving.config import PACKED, PADDING_FREE, is_packed
 
 PAPER = "ByteTransformer"
 # scenario -> (the table's column, the claim's ratio in words, +1: higher is better / -1: lower)
-METRICS = {"Server": ("max_valid_qps", "padding-free packing's highest VALID Server QPS over "
-                                       "{other}'s, at the same p99 bound", 1),
-           "Offline": ("samples_per_s", "padding-free packing's Offline samples/s over "
-                                        "{other}'s", 1),
-           "SingleStream": ("p90_ms", "{other}'s SingleStream p90 latency over padding-free "
-                                      "packing's", -1)}
+METRICS = {"Server": ("max_valid_qps", "{ours}'s highest VALID Server QPS over {other}'s, at "
+                                       "the same p99 bound", 1),
+           "Offline": ("samples_per_s", "{ours}'s Offline samples/s over {other}'s", 1),
+           "SingleStream": ("p90_ms", "{other}'s SingleStream p90 latency over {ours}'s", -1)}
 TABLE_COLUMNS = ["system", "batching", "baseline", "repeat", "scenario", "status", "reason",
                  "valid", "loadgen_reasons", "samples_per_s", "max_valid_qps", "p50_ms",
                  "p90_ms", "p99_ms", "latency_bound_ms", "mean_batch", "computed_per_real",
@@ -104,16 +103,17 @@ def read_runs(paths: Iterable[str | Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
     return table, curves
 
 
-def ratios(table: pd.DataFrame, scenario: str, other: str) -> tuple[list[float], list[str]]:
-    """Per repeat, the padding-free system over ``other`` on the scenario's metric (for a
-    latency, ``other`` over the padding-free system): above 1 means padding-free is better.
+def ratios(table: pd.DataFrame, scenario: str, other: str, ours: str = PADDING_FREE
+           ) -> tuple[list[float], list[str]]:
+    """Per repeat, the padding-free system ``ours`` over ``other`` on the scenario's metric (for
+    a latency, ``other`` over ``ours``): above 1 means padding-free is better.
     Only VALID runs pair, and only within a repeat (the same LoadGen seeds); the second list
     says which repeats were left out and why."""
     column, _, sign = METRICS[scenario]
     rows = table[(table.scenario == scenario) | table.scenario.isna()]
     kept: dict[str, dict[int, float]] = {}
     dropped: list[str] = []
-    for system in (PADDING_FREE, other):
+    for system in (ours, other):
         kept[system] = {}
         for r in rows[rows.system == system].to_dict("records"):
             why = _unusable(r, column)
@@ -122,14 +122,14 @@ def ratios(table: pd.DataFrame, scenario: str, other: str) -> tuple[list[float],
             else:
                 kept[system][int(r["repeat"])] = float(r[column])
     ran = {s: set(rows[rows.system == s].repeat.astype(int)) for s in kept}
-    for system, partner in ((other, PADDING_FREE), (PADDING_FREE, other)):
+    for system, partner in ((other, ours), (ours, other)):
         dropped += [f"{system} repeat {k}: not run"
                     for k in sorted(set(kept[partner]) - ran[system])]
-    ours, theirs = kept[PADDING_FREE], kept[other]
-    common = sorted(set(ours) & set(theirs))
+    mine, theirs = kept[ours], kept[other]
+    common = sorted(set(mine) & set(theirs))
     if sign > 0:
-        return [ours[k] / theirs[k] for k in common], dropped
-    return [theirs[k] / ours[k] for k in common], dropped
+        return [mine[k] / theirs[k] for k in common], dropped
+    return [theirs[k] / mine[k] for k in common], dropped
 
 
 def _unusable(row: dict[str, Any], column: str) -> str:
@@ -158,24 +158,24 @@ def _ceiling(table: pd.DataFrame, scenario: str, other: str) -> str:
 
 
 def claims(table: pd.DataFrame) -> pd.DataFrame:
-    """One row per (scenario, padded or bucketed system), Server first."""
-    others = sorted(s for s in table.system.dropna().unique() if s != PADDING_FREE)
+    """One row per (scenario, padding-free system, padded or bucketed system), Server first;
+    ``packed-reference`` stands for padding-free packing even where it did not run."""
+    ran = set(table.system.dropna())
+    others = sorted(s for s in ran if not is_packed(s))
+    packed = [f"packed-{b}" for b in PACKED if f"packed-{b}" in ran] or [PADDING_FREE]
     scenarios = [s for s in METRICS if s in set(table.scenario.dropna())]
     rows = []
-    for scenario in scenarios:
+    for scenario, ours, other in ((s, o, t) for s in scenarios for o in packed for t in others):
         _, says, _ = METRICS[scenario]
-        for other in others:
-            text = says.format(other=other)
-            if PADDING_FREE not in set(table.system):
-                rows.append(not_tested(PAPER, text, None, "x",
-                                       f"{PADDING_FREE} is not among the systems run"))
-                continue
-            values, dropped = ratios(table, scenario, other)
-            rows.append(ratio_claim(
-                PAPER, text, None, values, unit="x",
-                note="the paper measures fixed batches only: no serving number to set beside; "
-                     "VALID runs paired by repeat (same LoadGen seeds), geometric mean with "
-                     "the 95% t-interval of the log-ratios over repeats"
-                     + _ceiling(table, scenario, other)
-                     + (f"; left out: {'; '.join(dropped)}" if dropped else "")))
+        text = says.format(ours=PACKED[ours.removeprefix("packed-")], other=other)
+        if ours not in ran:
+            rows.append(not_tested(PAPER, text, None, "x", f"{ours} is not among the systems run"))
+            continue
+        values, dropped = ratios(table, scenario, other, ours)
+        rows.append(ratio_claim(
+            PAPER, text, None, values, unit="x",
+            note="the paper measures fixed batches only: no serving number to set beside; "
+                 "VALID runs paired by repeat (same LoadGen seeds), geometric mean with the 95% "
+                 "t-interval of the log-ratios over repeats" + _ceiling(table, scenario, other)
+                 + (f"; left out: {'; '.join(dropped)}" if dropped else "")))
     return pd.DataFrame(rows, columns=CLAIM_COLUMNS)

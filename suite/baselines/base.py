@@ -94,6 +94,13 @@ class Baseline(ABC):
         leave it to that call; serving calls ``run`` alone, so ``run`` must build too."""
         return None
 
+    def prepare_serving(self, max_batch: int, max_len: int) -> None:
+        """Called by a serving run after ``prepare``, with the most requests a batch will hold
+        and the longest request: work a system does per shape (a compile, a graph capture) may
+        be done here, so that it does not land among LoadGen's latencies. By default nothing:
+        each new shape's first call pays, and the run's ``shape_probes`` measure what."""
+        return None
+
     def set_timing(self, policy: dict[str, Any]) -> None:
         """For ``times_itself`` baselines: the timing policy to apply (before the first run).
         The others time from outside and ignore it."""

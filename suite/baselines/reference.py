@@ -43,13 +43,20 @@ class Reference(Baseline):
         sw = self.switches
         if not self.cuda_graphs:
             return "cuda_graphs=False"
-        if self.device.type != "cuda":
-            return f"device {self.device.type}: CUDA graphs need a GPU"
         if not isinstance(self.model, PaddingFreeBert):
             return f"{type(self.model).__name__} has no graphed path"
         if not (sw.padding_free and sw.fused_mha):
             return "padding_free and fused_mha are off: the padded path attends over every row"
+        if self.device.type != "cuda":
+            return f"device {self.device.type}: CUDA graphs need a GPU"
         return ""
+
+    def prepare_serving(self, max_batch: int, max_len: int) -> None:
+        """Graphed: every token bucket of the server's batches captured before the first
+        request (``GraphedEncoder.for_serving``); eager: nothing to do."""
+        if self.graphed is not None:
+            with torch.inference_mode():
+                self.graphed.for_serving(max_batch, max_len)
 
     @torch.inference_mode()
     def run(self, batch: BertBatch) -> torch.Tensor:
@@ -61,9 +68,10 @@ class Reference(Baseline):
 
     def details(self) -> dict:
         out = {"switches": asdict(self.switches), "model": type(self.model).__name__,
-               "execution": "eager" if self.graphed is None else "cuda-graphs"}
+               "execution": "eager"}
         if self.graphed is not None:
             out["cuda_graphs"] = self.graphed.details()
+            out["execution"] = out["cuda_graphs"]["execution"]
         else:
             out["eager_because"] = self.eager_because
         if self.device.type == "cuda":  # its attention runs the Triton kernel with this launch

@@ -18,7 +18,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                          "SingleStream, Server) -> a record and LoadGen's logs")
     serve.add_argument("experiment", choices=experiments.names("serving"))
     serve.add_argument("--system", required=True,
-                       help="padded-<baseline>, bucketed-<baseline> or packed-reference")
+                       help="padded-<baseline>, bucketed-<baseline>, packed-reference or "
+                            "packed-reference-eager")
     serve.add_argument("--repeat", type=int, default=0,
                        help="which independent run (LoadGen's seeds are seed + repeat)")
     section_arguments(serve, "the experiment's config section as JSON")

@@ -1,9 +1,11 @@
 """BERT served under MLPerf LoadGen: one (system, repeat) -> one record.
 
-The system (``padded-X``, ``bucketed-X`` or ``packed-reference``: ``suite.serving.systems``) is
-gated first: a sample of the library's requests issued by LoadGen's accuracy mode, in the
-batches its policy forms, against the float64 oracle of each request alone; a wrong system is
-``incorrect`` and not timed. Then each configured scenario runs through LoadGen
+The system (``padded-X``, ``bucketed-X``, ``packed-reference`` or ``packed-reference-eager``:
+``suite.serving.systems``) is prepared for the largest batch and longest request it will see
+(``Baseline.prepare_serving``: the graphed reference captures its buckets there), then gated:
+a sample of the library's requests issued by LoadGen's accuracy mode, in the batches its policy
+forms, against the float64 oracle of each request alone; a wrong system is ``incorrect`` and
+not timed. Then each configured scenario runs through LoadGen
 (``suite.serving.point``), Offline first: its samples/s is where the Server's search starts.
 LoadGen's logs go beside the record (``<record>.loadgen/<scenario>/``). Repeat ``k`` runs
 LoadGen with seeds ``seed + k``; the library (lengths, tokens) and the weights stay those of
@@ -68,6 +70,7 @@ def _run(record: Record, cfg: ServingConfig, batching: str, baseline: str, repea
     model = canonical_model("bert", cfg.dims, cfg.max_len, seed=cfg.seed)
     library = RequestLibrary(lengths, cfg.max_len, cfg.dims.vocab_size, seed=cfg.seed)
     sut.prepare(model, device, torch_dtype(cfg.dtype))
+    sut.prepare_serving(max(b["max_batch"] for b in cfg.batching.values()), cfg.max_len)
 
     def system(scenario: str) -> ServingSystem:
         b = cfg.batching[scenario]

@@ -12,6 +12,9 @@ from suite.config import BertDims, ConfigError, validate
 SECTION = "bert_serving"
 BATCHING = ("padded", "bucketed", "packed")
 PADDING_FREE = "packed-reference"
+# what computes without padding, each served packed (the reference replays CUDA graphs on a GPU,
+# captured before the first request; reference-eager launches each kernel as the frameworks do)
+PACKED = {"reference": "padding-free packing", "reference-eager": "eager padding-free packing"}
 
 
 def parse_system(name: str) -> tuple[str, str]:
@@ -22,10 +25,18 @@ def parse_system(name: str) -> tuple[str, str]:
     if batching not in BATCHING or not baseline:
         raise ValueError(f"serving system {name!r} is not '<batching>-<baseline>' with batching "
                          f"one of {BATCHING} (e.g. padded-torch-eager, packed-reference)")
-    if batching == "packed" and baseline != "reference":
+    if batching == "packed" and baseline not in PACKED:
         raise ValueError(f"serving system {name!r}: only the reference computes without "
-                         f"padding ({PADDING_FREE}); serve {baseline} padded or bucketed")
+                         f"padding ({', '.join('packed-' + b for b in PACKED)}); serve "
+                         f"{baseline} padded or bucketed")
+    if batching != "packed" and baseline == "reference-eager":
+        raise ValueError(f"serving system {name!r}: the reference served {batching} runs eagerly "
+                         f"already (its padded path has no graphs): name it {batching}-reference")
     return batching, baseline
+
+
+def is_packed(system: str) -> bool:
+    return system.startswith("packed-")
 
 
 @dataclass(frozen=True)

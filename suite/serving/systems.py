@@ -4,11 +4,15 @@
   padded framework's server does);
 - ``bucketed-<baseline>``: the same within length buckets (the usual mitigation);
 - ``packed-reference``: dynamic batching into the padding-free reference, which computes on
-  the batch's valid tokens only (``cu_seqlens`` inside; ByteTransformer's serving case),
-  launched eagerly like the frameworks it is compared with (no CUDA graphs);
+  the batch's valid tokens only (``cu_seqlens`` inside; ByteTransformer's serving case); on a
+  GPU it replays CUDA graphs, every bucket the server's batches can fill captured before the
+  first request (``Baseline.prepare_serving``);
+- ``packed-reference-eager``: the same launched kernel by kernel, like the frameworks beside
+  it: its ratio to ``packed-reference`` is the launches' share (on CPU the two are one path);
 - ``padded-reference`` / ``bucketed-reference``: the reference with its padding-free switches
-  off (padded GEMMs and attention; the same fused kernels and GEMM library): the control, whose
-  ratio to ``packed-reference`` is the padding's alone, whatever the frameworks' libraries.
+  off (padded GEMMs and attention; the same fused kernels and GEMM library; eager, as the padded
+  path has no graphs): the control, whose ratio to ``packed-reference-eager`` is the padding's
+  alone, whatever the frameworks' libraries.
 
 Every system runs the same requests through ``run_batch(indices)``: the library's rows,
 trimmed to the batch's longest request. The gate (``check``) has LoadGen issue a sample of
@@ -38,10 +42,8 @@ def create_baseline(batching: str, baseline: str) -> Baseline:
     """The baseline a system serves (see the module doc for the reference served padded)."""
     from suite.baselines.registry import baselines
 
-    if baseline == "reference":  # served eagerly: graphs would be captured mid-run, on the
-        # first batch of each new bucket, and the padded systems it is compared with are eager
-        padded = {} if batching == "packed" else {"padding_free": False, "fused_mha": False}
-        return baselines.create(baseline, cuda_graphs=False, **padded)
+    if baseline == "reference" and batching != "packed":
+        return baselines.create(baseline, padding_free=False, fused_mha=False)
     return baselines.create(baseline)
 
 
