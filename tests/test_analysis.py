@@ -53,6 +53,31 @@ def test_speedups_pair_records_of_the_same_point(tmp_path):
     assert df.loc[("reference", 64), "median_ms"] == pytest.approx(5.0)
 
 
+def test_each_timed_row_names_the_fastest_other_system_at_its_point_and_its_lead(tmp_path):
+    """The lead: the fastest other system's median over this one's. The reference's eager form
+    is not its competitor; a failed system is nobody's."""
+    paths = write_all(tmp_path, [
+        record("torch-eager", 64, [0.010, 0.011, 0.012]),
+        record("torch-sdpa", 64, [0.007, 0.007, 0.007]),
+        record("reference-eager", 64, [0.0055, 0.0055, 0.0055], padding_free=True),
+        record("reference", 64, [0.005, 0.005, 0.005], padding_free=True),
+        record("torch-compile", 64, status=Status.FAILED, reason="compile error"),
+        record("reference", 128, [0.008, 0.008, 0.008], padding_free=True),
+    ])
+    df = tidy_table(paths).set_index(["system", "max_seq_len"])
+    ref = df.loc[("reference", 64)]
+    assert ref.fastest_other == "torch-sdpa" and ref.lead_over_fastest == pytest.approx(1.4)
+    assert ref.lead_ci_low <= 1.4 <= ref.lead_ci_high
+    eager = df.loc[("reference-eager", 64)]
+    assert eager.fastest_other == "torch-sdpa"
+    assert eager.lead_over_fastest == pytest.approx(0.007 / 0.0055)
+    sdpa = df.loc[("torch-sdpa", 64)]
+    assert sdpa.fastest_other == "reference" and sdpa.lead_over_fastest == pytest.approx(5 / 7)
+    for alone in (("torch-compile", 64), ("reference", 128)):  # failed; no other system
+        assert pd.isna(df.loc[alone, "lead_over_fastest"]) and pd.isna(df.loc[alone,
+                                                                              "fastest_other"])
+
+
 def test_failed_padded_baseline_means_no_speedup_and_a_listed_failure(tmp_path):
     paths = write_all(tmp_path, [
         record("torch-eager", 64, status=Status.FAILED, reason="out of memory"),

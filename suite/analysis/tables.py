@@ -19,6 +19,9 @@ from suite.measure.stats import ratio_of_medians_ci
 # Records that share these are the same workload point; speedups pair records across systems.
 POINT_KEYS = ["experiment", "machine", "config_hash", "subject", "batch_size", "max_seq_len",
               "distribution", "dtype"]
+# Forms of one implementation (another way to launch it), never each other's competitor in a
+# point's lead: the reference is not "faster than the fastest other system" by beating itself
+FORM_OF = {"reference-eager": "reference"}
 
 
 def record_row(rec: Record, path: Path | None = None) -> dict:
@@ -79,7 +82,7 @@ def tidy_table(paths: Iterable[str | Path], padded_baseline: str = "torch-eager"
     if df.empty:
         return df
     samples = {str(p): rec.timing.get("samples") for p, rec in records}
-    df = _add_speedups(df, samples, padded_baseline)
+    df = _add_leads(_add_speedups(df, samples, padded_baseline), samples)
     # How much of what removing padding can save was realized: a padding-free system's figure.
     saved = 100 * df["speedup_vs_padded"] / df["gemm_flop_bound"]
     df["pct_of_gemm_bound"] = saved.where(df["padding_free"] == True)  # noqa: E712 (may be NaN)
@@ -113,3 +116,34 @@ def _add_speedups(df: pd.DataFrame, samples: dict, padded_baseline: str) -> pd.D
     ratio, low, high = zip(*speedups) if speedups else ((), (), ())
     return df.assign(speedup_vs_padded=ratio, speedup_ci_low=low, speedup_ci_high=high,
                      speedup_over=padded_baseline)
+
+
+def _add_leads(df: pd.DataFrame, samples: dict) -> pd.DataFrame:
+    """Per timed row, the fastest other system at its point (by median; forms of the same
+    implementation excluded, ``FORM_OF``) and the lead over it: that system's median over this
+    one's, with a bootstrap CI. Above 1: this system is first at its point by that factor;
+    below: the fastest other is that much faster."""
+    def point(row) -> tuple[str, ...]:
+        return tuple(str(row[k]) for k in POINT_KEYS)
+
+    def family(system: str) -> str:
+        return FORM_OF.get(system, system)
+
+    timed = df[(df.status == "ok") & df.get("median_ms", pd.Series(index=df.index)).notna()]
+    at: dict[tuple[str, ...], list] = {}
+    for _, row in timed.iterrows():
+        at.setdefault(point(row), []).append(row)
+    columns = ("fastest_other", "lead_over_fastest", "lead_ci_low", "lead_ci_high")
+    found: dict[str, list] = {c: [] for c in columns}
+    for i, row in df.iterrows():
+        others = [] if i not in timed.index else [
+            r for r in at[point(row)] if family(r.system) != family(row.system)]
+        lead: tuple = (None,) * 4
+        if others:
+            best = min(others, key=lambda r: r.median_ms)
+            ours, theirs = samples.get(row.record), samples.get(best.record)
+            lead = (best.system, *(ratio_of_medians_ci(theirs, ours) if ours and theirs else
+                                   (best.median_ms / row.median_ms, None, None)))
+        for column, value in zip(columns, lead):
+            found[column].append(value)
+    return df.assign(**found)

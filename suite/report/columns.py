@@ -30,6 +30,15 @@ def _cv(row: dict[str, Any]) -> str:
     return fmt(row.get("cv"), ".2f") + (" noisy" if is_noisy(row) else "")
 
 
+def _lead(row: dict[str, Any]) -> str:
+    """'1.40x torch-sdpa [1.35–1.46]': the fastest other system's median over this row's."""
+    if not isinstance(row.get("fastest_other"), str):
+        return "–"
+    ci = ("" if row.get("lead_ci_low") is None or fmt(row.get("lead_ci_low"), ".2f") == "–"
+          else f" [{_range('lead_ci_low', 'lead_ci_high', '.2f')(row)}]")
+    return f"{fmt(row.get('lead_over_fastest'), '.2f')}x {row['fastest_other']}{ci}"
+
+
 BERT_COLUMNS: list[Column] = [
     ("system", lambda r: r["system"] + (f" ({r['step']})" if r.get("step") else "")),
     ("subject", lambda r: str(r.get("subject"))),
@@ -40,6 +49,8 @@ BERT_COLUMNS: list[Column] = [
     ("CV", _cv), ("n", _num("n_samples", ".0f")),
     ("speedup", _num("speedup_vs_padded", ".2f")),
     ("speedup 95% CI", _range("speedup_ci_low", "speedup_ci_high", ".2f")),
+    ("lead over the fastest other", _lead),
+    ("back-to-back ms", _num("back_to_back_ms", ".3f")),
     ("GEMM bound", _num("gemm_flop_bound", ".2f")),
     ("attn bound", _num("attention_flop_bound", ".2f")),
     ("% of GEMM bound", _num("pct_of_gemm_bound", ".0f")),
