@@ -77,11 +77,13 @@ rerun-noisy: $(STAMP)
 #   make gpu-check GPU_OUT=$$OUT    (installs the wheels the machine lacks, and the project and
 #                                    its Snakemake logger without dependencies)
 # DRY=1 rehearses every step on CPU at tiny sizes with this venv (make test runs it).
-# STEPS="serving gemm_shapes" runs only those (the ones a cut-off run skipped, in a second call;
-# SEEDBENCH_TRITON_TUNING=<the first call's tuning.json, carried> where it skips tune).
+# STEPS="serving gemm_shapes" runs only those (the ones a cut-off run skipped, in a second call).
 # BUDGET=<seconds> sets the pack's budget (480 s; no step or point starts past it).
+# GPU_WORK=gpu-check-work keeps the records there: a second call on the same warm machine with
+# the same GPU_WORK keeps the first's records, tuning and peak, and runs what it cut off.
 GPU_OUT ?= gpu-check-out
-GPU_STEPS = $(if $(STEPS),--steps $(STEPS)) $(if $(BUDGET),--budget-s $(BUDGET))
+GPU_STEPS = $(if $(STEPS),--steps $(STEPS)) $(if $(BUDGET),--budget-s $(BUDGET)) \
+	$(if $(GPU_WORK),--work $(GPU_WORK))
 gpu-wheels: $(STAMP)
 	$(BIN)/python -m suite.gpu.wheels download .whl
 

@@ -325,3 +325,65 @@ def test_the_grid_runs_every_system_once_the_goals_first():
     assert GPU.bert_systems_more[-1] == "deepspeed-inference"  # it compiles its ops first
     section = json.loads(Pack.section(type("P", (), {"sizes": REHEARSAL})()))
     assert section["baselines"] == [*REHEARSAL.bert_systems, *REHEARSAL.bert_systems_more]
+
+
+def test_a_second_call_on_the_same_work_runs_only_what_the_first_cut_off_or_failed(tmp_path,
+                                                                                   monkeypatch):
+    """``--work`` of an earlier call: its grid, serving and point records are kept unless
+    failed (a grid process is kept only whole), its tuning and peak too; without resuming,
+    nothing is kept. Mutations tried: a failed record kept; a partial grid kept."""
+    import subprocess
+
+    from reference_impl.kernels.triton_attention import TUNING_ENV
+    from suite.gpu.pack import REHEARSAL, Pack, run
+    from suite.gpu.steps import bert, setup
+
+    work = tmp_path / "work"
+    first = Pack(tmp_path / "out1", work, REHEARSAL, budget_s=60)
+    grid_dir = first.results / "bert_varlen" / "bert"
+
+    def write(path, status):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"status": status, "reason": "x" if status != "ok" else ""}))
+
+    for b in REHEARSAL.grid["batch_sizes"]:  # one system whole, one with a failed point
+        write(grid_dir / "reference" / f"b{b}_l16.json", "ok")
+        write(grid_dir / "reference-eager" / f"b{b}_l16.json", "ok" if b == 1 else "failed")
+    write(first.results / "bert_serving" / "packed-reference" / "run0.json", "ok")
+    write(first.results / "bert_serving" / "padded-torch-eager" / "run0.json", "failed")
+    first.results.joinpath("peak.json").write_text(json.dumps(
+        {"peaks": {"fp32": {"measured": {"flops_per_s": 1e11}, "datasheet": None}}}))
+    first.tuning_file.write_text(json.dumps({"tuning": {"block_m": 32}}))
+
+    ran = []
+
+    def seedbench(self, *args, timeout=300):
+        ran.append(args[args.index("--system") + 1] if "--system" in args else args[0])
+        return subprocess.CompletedProcess(args, 1, "", "not run in this test")
+
+    monkeypatch.setattr(Pack, "seedbench", seedbench)
+    again = Pack(tmp_path / "out2", work, REHEARSAL, budget_s=60, resume=True)
+    again.out.mkdir()
+    assert again.env[TUNING_ENV] == str(work / "tuning.json")  # every step runs with it
+    assert again.grid("reference") == "ok" and ran == []
+    assert again.grid("reference-eager").startswith("failed") and ran == ["reference-eager"]
+    statuses = bert.serving(again)["records"]
+    assert ran == ["reference-eager", "padded-torch-eager"]  # the failed run, not the kept one
+    assert statuses["packed-reference run0"] == "ok"
+    assert statuses["padded-torch-eager run0"].startswith("failed")  # its old record stays
+    assert set(again.kept_records) == {
+        f"{again.machine}/bert_varlen/bert/reference/b{b}_l16.json"
+        for b in REHEARSAL.grid["batch_sizes"]} | {
+        f"{again.machine}/bert_serving/packed-reference/run0.json"}
+    tuned = setup.tune(again)
+    assert tuned["kept"] and json.loads((again.out / "tuning.json").read_text())["tuning"] == {
+        "block_m": 32}
+    assert setup.peak(again)["fp32"]["measured"] == 1e11 and ran[-1] != "peak"
+    # not resuming, the same folder's records are run again
+    fresh = Pack(tmp_path / "out3", work, REHEARSAL, budget_s=60)
+    assert fresh.kept(grid_dir / "reference" / "b1_l16.json") is None
+    assert fresh.env.get(TUNING_ENV) != str(work / "tuning.json")
+    # run(): an existing --work folder is resumed, and steps.json says so
+    steps = run(tmp_path / "out4", dry=True, only=["env"], work=work)
+    assert steps["resumed"] and steps["work"] == str(work.resolve())
+    assert not run(tmp_path / "out5", dry=True, only=["env"], work=tmp_path / "new")["resumed"]

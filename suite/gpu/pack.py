@@ -9,8 +9,8 @@ the workflow writes them), each step's outcome and time in ``steps.json``:
 
   env        versions, the GPU, what the suite could not import
   tune       the varlen attention's launch parameters timed at the MHA shapes -> tuning.json,
-             which every later step runs with (``SEEDBENCH_TRITON_TUNING``; a second call that
-             skips the step names the first call's file in that variable)
+             which every later step runs with (``SEEDBENCH_TRITON_TUNING``; a second call
+             with the first's ``--work`` keeps it, and the records, and runs what was cut off)
   peak       the GPU's GEMM peak (cuBLAS) beside its datasheet peak
   bert_grid  the ByteTransformer README's table on this GPU: end-to-end BERT-base fp16 at b1 and
              b16 x 64-1024, the reference (CUDA graphs) against the bar it must clear
@@ -174,19 +174,49 @@ REHEARSAL = Sizes(
 
 
 class Pack:
-    """One run of the pack: the steps' outcomes, the time budget, the files written."""
+    """One run of the pack: the steps' outcomes, the time budget, the files written.
 
-    def __init__(self, out: Path, work: Path, sizes: Sizes, budget_s: float):
+    ``resume``: the working folder is an earlier call's (``--work``): a point whose record it
+    holds is kept, not run again, unless the record says ``failed``; the tuning and the peak it
+    holds are kept too. So a second call on the same machine runs what the first cut off."""
+
+    def __init__(self, out: Path, work: Path, sizes: Sizes, budget_s: float,
+                 resume: bool = False):
         self.out, self.work, self.sizes, self.budget_s = out, work, sizes, budget_s
         from suite.env import machine_slug
 
         self.machine = machine_slug()  # e.g. 1x-nvidia-h200: the folder make report shows
         self.results = work / self.machine
+        self.resume = resume
+        self.kept_records: list[str] = []  # kept from an earlier call
         self.started = time.monotonic()
         self.steps: list[dict[str, Any]] = []
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         if sizes.device == "cpu":
             self.env["TRITON_INTERPRET"] = "1"
+        from reference_impl.kernels.triton_attention import TUNING_ENV
+
+        if resume and self.tuning_file.exists():  # the earlier call's tune, for every step
+            self.env.setdefault(TUNING_ENV, str(self.tuning_file))
+
+    @property
+    def tuning_file(self) -> Path:
+        return self.work / "tuning.json"
+
+    def kept(self, *records: Path) -> list[str] | None:
+        """When resuming: the statuses of the records an earlier call wrote at ``records``, if
+        it wrote every one and none says ``failed`` (they are kept, not run again); else None:
+        run them."""
+        if not self.resume:
+            return None
+        statuses = []
+        for record in records:
+            status = json.loads(record.read_text())["status"] if record.exists() else "failed"
+            if status == "failed":
+                return None
+            statuses.append(status)
+        self.kept_records += [str(r.relative_to(self.work)) for r in records]
+        return statuses
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
@@ -211,7 +241,8 @@ class Pack:
     def save(self) -> None:
         (self.out / "steps.json").write_text(json.dumps(
             {"budget_s": self.budget_s, "elapsed_s": round(self.elapsed(), 1),
-             "device": self.sizes.device, "steps": self.steps}, indent=1))
+             "device": self.sizes.device, "work": str(self.work), "resumed": self.resume,
+             "records_kept": self.kept_records, "steps": self.steps}, indent=1))
         if self.results.exists():
             with tarfile.open(self.out / "results.tar.gz", "w:gz") as tar:
                 tar.add(self.results, arcname=self.machine)
@@ -271,13 +302,17 @@ class Pack:
                 "--oracle-dir", str(self.work / "oracles"), "--timeout-s", f"{timeout_s:g}"]
         if (self.results / "peak.json").exists():
             args += ["--peak", str(self.results / "peak.json")]
-        done = self.seedbench(*args, timeout=timeout_s + 30)  # its own limit comes first
+        paths = [out / f"b{b}_l{n}.json" for b in s.grid["batch_sizes"]
+                 for n in s.grid["max_seq_lens"]]
+        # one process runs every point: kept only when every point's record is
+        exit_code = "kept" if self.kept(*paths) else self.seedbench(
+            *args, timeout=timeout_s + 30).returncode  # its own limit comes first
         found: dict[str, list[str]] = {}
         for b in s.grid["batch_sizes"]:
             for n in s.grid["max_seq_lens"]:
                 path = out / f"b{b}_l{n}.json"
                 rec = json.loads(path.read_text()) if path.exists() else {
-                    "status": "failed", "reason": f"no record (exit {done.returncode})"}
+                    "status": "failed", "reason": f"no record (exit {exit_code})"}
                 why = f": {rec.get('reason', '')[:120]}" if rec["status"] != "ok" else ""
                 found.setdefault(rec["status"], []).append(f"b{b} L{n}{why}")
         if set(found) == {"ok"}:
@@ -296,6 +331,9 @@ class Pack:
             args += ["--subject", subject]
         if (self.results / "peak.json").exists():
             args += ["--peak", str(self.results / "peak.json")]
+        kept = self.kept(out)
+        if kept:
+            return kept[0]
         done = self.seedbench(*args)
         if not out.exists():
             raise RuntimeError(f"{experiment} {system} L={length}: no record "
@@ -304,9 +342,10 @@ class Pack:
 
 
 def run(out: Path, dry: bool = False, budget_s: float = BUDGET_S,
-        only: list[str] | None = None) -> dict[str, Any]:
+        only: list[str] | None = None, work: Path | None = None) -> dict[str, Any]:
     """Every step in order (or those named in ``only``); returns the contents of
-    ``steps.json``."""
+    ``steps.json``. ``work``: the working folder (records, oracles, the tuning); an existing
+    one is an earlier call's, resumed (``Pack``); default a fresh temporary one."""
     from suite.gpu.steps import STEPS
 
     names = [name for name, _ in STEPS]
@@ -317,8 +356,10 @@ def run(out: Path, dry: bool = False, budget_s: float = BUDGET_S,
     if dry:  # the autotune runs in this process: Triton must be interpreted before its import
         os.environ["TRITON_INTERPRET"] = "1"
     # the records are written outside OUT: a lease returns only a few files from there
-    work = Path(tempfile.mkdtemp(prefix="seedbench-gpu-check-"))
-    pack = Pack(out, work, REHEARSAL if dry else GPU, budget_s)
+    resume = work is not None and Path(work).is_dir()
+    work = Path(work) if work is not None else Path(tempfile.mkdtemp(prefix="seedbench-gpu-"))
+    work.mkdir(parents=True, exist_ok=True)
+    pack = Pack(out, work.resolve(), REHEARSAL if dry else GPU, budget_s, resume=resume)
     if not dry and not _has_cuda():
         pack.steps.append({"step": "env", "status": "failed",
                            "reason": "no CUDA device: run with --dry to rehearse on CPU"})

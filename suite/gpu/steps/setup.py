@@ -71,10 +71,17 @@ def tune(pack) -> dict[str, Any]:
     variant is timed where it can run: the short kernel up to SHORT_TUNE_MAX keys (its key
     tile on chip), the long one everywhere; ``_choose`` picks each one's launch from the
     lengths it would serve."""
+    import shutil
+
     import torch
 
     from reference_impl.kernels import triton_attention as ta
 
+    path = pack.out / "tuning.json"
+    if pack.resume and pack.tuning_file.exists():  # an earlier call's, already in pack.env
+        shutil.copyfile(pack.tuning_file, path)
+        return {"tuning": json.loads(path.read_text())["tuning"],
+                "kept": f"from an earlier call ({pack.tuning_file})"}
     device = torch.device(pack.sizes.device)
     dtype = torch.float16 if device.type == "cuda" else torch.float32
     cands = pack.sizes.extra.get("tune", TUNE_GPU if device.type == "cuda" else TUNE_CPU)
@@ -102,11 +109,11 @@ def tune(pack) -> dict[str, Any]:
             ok = err <= (2e-2 if dtype == torch.float16 else 1e-4)
             rows.append({**launch, "ms": ms, "max_abs_err": err, "correct": ok})
     chosen = _choose(rows, ta.Tuning())
-    path = pack.out / "tuning.json"
     path.write_text(json.dumps({"tuning": asdict(chosen), "device": pack.sizes.device,
                                 "dtype": str(dtype), "batch": pack.sizes.batch,
                                 "measurements": rows}, indent=1))
-    pack.env[ta.TUNING_ENV] = str(path)
+    shutil.copyfile(path, pack.tuning_file)  # for a later call that resumes this work
+    pack.env[ta.TUNING_ENV] = str(pack.tuning_file)
     timed = sum("ms" in r for r in rows)
     detail = {"tuning": asdict(chosen), "candidates_timed": timed,
               "incorrect": sum(r.get("correct") is False for r in rows)}
@@ -204,6 +211,8 @@ def peak(pack) -> dict[str, Any]:
     dtypes = ["fp16", "bf16"] if device == "cuda" else ["fp32"]
     out = pack.results / "peak.json"
     out.parent.mkdir(parents=True, exist_ok=True)
+    if pack.resume and out.exists():  # an earlier call's: the grid's percentages divide by it
+        return {**_peaks(out, dtypes), "kept": f"from an earlier call ({out})"}
     # on a GPU 5 repeats at 8k and 16k: the first H200 run's 2 at 4k and 8k (one product and a
     # host sync each) measured 667 TFLOP/s, below the 790 its own layer GEMMs reached
     args = ["peak", "--device", device, "--dtypes", *dtypes,
@@ -214,11 +223,14 @@ def peak(pack) -> dict[str, Any]:
     done = pack.seedbench(*args)
     if done.returncode != 0:
         return {"status": "failed", "reason": done.stderr[-1000:]}
-    report = json.loads(out.read_text())
-    return {**{dtype: {k: (v or {}).get("flops_per_s") for k, v in
-                       report["peaks"][dtype].items() if k in ("measured", "datasheet")}
-               for dtype in dtypes},
-            "under_load": _peak_clocks(pack, dtypes)}
+    return {**_peaks(out, dtypes), "under_load": _peak_clocks(pack, dtypes)}
+
+
+def _peaks(path, dtypes: list[str]) -> dict[str, Any]:
+    """Per dtype, the measured and datasheet FLOP/s of the peak file at ``path``."""
+    report = json.loads(path.read_text())
+    return {dtype: {k: (v or {}).get("flops_per_s") for k, v in report["peaks"][dtype].items()
+                    if k in ("measured", "datasheet")} for dtype in dtypes}
 
 
 def _peak_clocks(pack, dtypes: list[str]) -> dict[str, Any]:
