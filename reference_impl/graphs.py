@@ -30,6 +30,7 @@ larger ones' memory in the shared pool (as vLLM captures its decode graphs).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -142,8 +143,6 @@ class GraphedEncoder:
         seconds it took."""
         if max_batch < 1 or max_seqlen < 1:
             raise ValueError(f"max_batch={max_batch} and max_seqlen={max_seqlen} must be >= 1")
-        import time
-
         start = time.perf_counter()
         self.serving = {"batch": _next_pow2(max_batch),
                         "max_seqlen": _next_pow2(max_seqlen, MIN_BUCKET)}
